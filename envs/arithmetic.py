@@ -1,0 +1,303 @@
+"""Integer arithmetic with verifiable answers: prompt "a+b=", completion the answer.
+
+Difficulty is the number of digits of both operands: difficulty 1 draws each operand from 0..9, difficulty
+d >= 2 from 10^(d-1)..10^d - 1. The training stream draws the difficulty from `difficulty_weights`, then the
+operation uniformly from `ops`, then the operands uniformly.
+
+Answer format (the canonical form; the verifier compares strings exactly):
+- the digits of |a op b| without leading zeros ("0" for zero), written REVERSED (least significant digit first)
+  when `reverse_answer` is True (the default), preceded by "-" when the result is negative. 46 -> "64",
+  100 -> "001", -64 -> "-46". Reversed answers make addition learnable for tiny causal transformers: the model
+  emits the digit whose carry it has just computed, instead of having to plan the carry chain ahead
+  (Lee et al., 2023, "Teaching Arithmetic to Small Transformers"). Set `reverse_answer=False` for normal order.
+- Because the form is canonical, zero padding is wrong, not "equivalent": for 46, "064" (reversed mode) or "046"
+  (normal mode) is a well-formed but incorrect answer. In reversed mode a leading "0" is legitimate exactly when
+  the result ends in 0 (100 -> "001").
+- Subtraction may give negative results (a and b are drawn independently); the sign comes first.
+- With `filler_max > 0` the completion may start with 0..filler_max filler characters "." before the answer;
+  the verifier ignores them and the SFT target draws their count uniformly. This decouples length from
+  correctness for the length-bias study. More than filler_max filler characters is malformed.
+
+Held-out rule: a problem is held out when `crc32("arithmetic|holdout|" + key) % holdout_modulus == 0`, where key
+is "a<op>b" with the operands sorted for the commutative + and * (so 3+5 and 5+3 share their fate). Training
+draws that land on a held-out problem redraw the operands (same difficulty and op, so the mixture is exact). The
+eval set is a fixed sample of the held-out pool, `eval_per_difficulty` problems for every difficulty 1..max_digits
+(split evenly over ops), so it is disjoint from every training problem of every seed and does not depend on the
+data seed. With the default modulus 4 about a quarter of the 100 one-digit pairs are held out and three quarters
+stay for training. The eval set covers every difficulty up to max_digits even when the training mixture gives some
+of them weight 0, which measures length generalisation.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from .base import (
+    DEFAULT_MAX_COMPLETION_CHARS,
+    Problem,
+    RewardResult,
+    Task,
+    invalid_result,
+    stable_hash,
+    stream_rng,
+)
+
+OPS: tuple[str, ...] = ("+", "-", "*")
+FILLER = "."
+
+# Enumerate a (difficulty, op) space exactly when it has at most this many operand pairs; sample above it.
+_ENUMERATE_LIMIT = 100_000
+# A redraw loop never needs more than a handful of tries (the held-out share is 1/holdout_modulus <= 1/2).
+_MAX_REDRAWS = 10_000
+
+
+def _normalize_weights(value: object) -> tuple[tuple[int, float], ...]:
+    """Mapping or (difficulty, weight) pairs -> sorted tuple of pairs. Keys may be ints or digit strings (JSON)."""
+    if isinstance(value, Mapping):
+        items = list(value.items())
+    elif isinstance(value, Sequence) and not isinstance(value, str):
+        items = []
+        for pair in value:
+            if not (isinstance(pair, Sequence) and not isinstance(pair, str) and len(pair) == 2):
+                raise ValueError(f"difficulty_weights: expected (difficulty, weight) pairs, got {pair!r}")
+            items.append((pair[0], pair[1]))
+    else:
+        raise ValueError(f"difficulty_weights must be a mapping difficulty -> weight, got {value!r}")
+    out: dict[int, float] = {}
+    for k, w in items:
+        if isinstance(k, str) and k.strip().isdigit():
+            k = int(k)
+        if isinstance(k, bool) or not isinstance(k, int):
+            raise ValueError(f"difficulty_weights: difficulty keys must be ints, got {k!r}")
+        if k in out:
+            raise ValueError(f"difficulty_weights: difficulty {k} given twice")
+        if isinstance(w, bool) or not isinstance(w, (int, float)) or not math.isfinite(w) or w < 0:
+            raise ValueError(f"difficulty_weights: weight of difficulty {k} must be a finite number >= 0, got {w!r}")
+        out[k] = float(w)
+    return tuple(sorted(out.items()))
+
+
+@dataclass(frozen=True)
+class ArithmeticConfig:
+    """Settings of the arithmetic task. Lists and dicts are accepted and stored as tuples (hashable, frozen)."""
+
+    max_digits: int = 3
+    """Largest difficulty (operand digits). The eval set covers 1..max_digits."""
+    ops: tuple[str, ...] = ("+",)
+    """Operations drawn uniformly: any non-empty subset of "+", "-", "*"."""
+    difficulty_weights: tuple[tuple[int, float], ...] = ((1, 0.25), (2, 0.5), (3, 0.25))
+    """Training mixture over difficulties, as (difficulty, weight) pairs or a mapping; normalised by the sum."""
+    reverse_answer: bool = True
+    """Write the answer's digits least significant first (see module docstring)."""
+    filler_max: int = 0
+    """Completions may start with 0..filler_max filler "." characters that the verifier ignores; 0 = none."""
+    format_reward: float = 0.0
+    """Reward of a well-formed, finished but wrong answer (0 <= format_reward < 1). A correct answer earns 1.0."""
+    holdout_modulus: int = 4
+    """A problem is held out when its stable hash % holdout_modulus == 0 (1/modulus of each space)."""
+    eval_per_difficulty: int = 24
+    """Eval-set problems per difficulty (fewer only if a tiny held-out pool has fewer)."""
+    max_completion_chars: int = DEFAULT_MAX_COMPLETION_CHARS
+    """Completions longer than this are malformed without being examined further."""
+
+    def __post_init__(self) -> None:
+        _set = object.__setattr__  # normalise in place on a frozen dataclass
+        _check_int("max_digits", self.max_digits, low=1, high=18)
+        ops = self.ops
+        if isinstance(ops, str):
+            ops = (ops,)
+        if not isinstance(ops, Sequence) or len(ops) == 0:
+            raise ValueError(f"ops must be a non-empty sequence of {OPS}, got {self.ops!r}")
+        for op in ops:
+            if op not in OPS:
+                raise ValueError(f"ops: unknown op {op!r}; valid ops are {OPS}")
+        if len(set(ops)) != len(ops):
+            raise ValueError(f"ops: duplicate op in {self.ops!r}")
+        _set(self, "ops", tuple(ops))
+        weights = _normalize_weights(self.difficulty_weights)
+        for k, _ in weights:
+            if not 1 <= k <= self.max_digits:
+                raise ValueError(
+                    f"difficulty_weights: difficulty {k} outside 1..max_digits={self.max_digits}"
+                )
+        if sum(w for _, w in weights) <= 0:
+            raise ValueError(f"difficulty_weights must have a positive sum, got {self.difficulty_weights!r}")
+        _set(self, "difficulty_weights", weights)
+        if not isinstance(self.reverse_answer, bool):
+            raise ValueError(f"reverse_answer must be a bool, got {self.reverse_answer!r}")
+        _check_int("filler_max", self.filler_max, low=0, high=128)
+        fr = self.format_reward
+        if isinstance(fr, bool) or not isinstance(fr, (int, float)) or not (0.0 <= fr < 1.0):
+            raise ValueError(f"format_reward must be a number in [0, 1), got {fr!r}")
+        _set(self, "format_reward", float(fr))
+        _check_int("holdout_modulus", self.holdout_modulus, low=2, high=1_000_000)
+        _check_int("eval_per_difficulty", self.eval_per_difficulty, low=1, high=100_000)
+        _check_int("max_completion_chars", self.max_completion_chars, low=1, high=100_000)
+        longest = self.filler_max + _longest_answer(self.max_digits, self.ops)
+        if longest > self.max_completion_chars:
+            raise ValueError(
+                f"max_completion_chars={self.max_completion_chars} is shorter than the longest reference "
+                f"completion ({longest} chars)"
+            )
+
+
+def _check_int(field_name: str, value: object, low: int, high: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise ValueError(f"{field_name} must be an int in [{low}, {high}], got {value!r}")
+
+
+def operand_range(difficulty: int) -> tuple[int, int]:
+    """Inclusive operand range of a difficulty: 1 -> (0, 9), d -> (10^(d-1), 10^d - 1)."""
+    return (0 if difficulty == 1 else 10 ** (difficulty - 1), 10**difficulty - 1)
+
+
+def apply_op(a: int, op: str, b: int) -> int:
+    if op == "+":
+        return a + b
+    if op == "-":
+        return a - b
+    if op == "*":
+        return a * b
+    raise ValueError(f"unknown op {op!r}")
+
+
+def format_answer(value: int, reverse: bool) -> str:
+    """Canonical answer text of an integer: sign first, then the digits of |value| (reversed if asked)."""
+    digits = str(abs(value))
+    if reverse:
+        digits = digits[::-1]
+    return ("-" if value < 0 else "") + digits
+
+
+def _longest_answer(max_digits: int, ops: Sequence[str]) -> int:
+    # |a op b| is largest at the ends of the operand ranges, so the four corner pairs bound every answer length.
+    best = 0
+    for d in range(1, max_digits + 1):
+        lo, hi = operand_range(d)
+        for op in ops:
+            for a in (lo, hi):
+                for b in (lo, hi):
+                    best = max(best, len(format_answer(apply_op(a, op, b), reverse=False)))
+    return best
+
+
+def holdout_key(a: int, op: str, b: int) -> str:
+    """The text hashed by the held-out rule; + and * are commutative, so their operands are sorted."""
+    if op in ("+", "*") and a > b:
+        a, b = b, a
+    return f"{a}{op}{b}"
+
+
+class ArithmeticTask(Task):
+    name = "arithmetic"
+
+    def __init__(self, config: ArithmeticConfig | None = None) -> None:
+        self.config = config if config is not None else ArithmeticConfig()
+        cfg = self.config
+        self.difficulties = tuple(range(1, cfg.max_digits + 1))
+        # Training mixture: only difficulties with positive weight are drawn.
+        self._train_difficulties = tuple(k for k, w in cfg.difficulty_weights if w > 0)
+        self._train_weights = tuple(w for _, w in cfg.difficulty_weights if w > 0)
+        self._answer_re = re.compile(r"(?P<filler>\.{0,%d})(?P<answer>-?[0-9]+)" % cfg.filler_max)
+        self._eval_cache: tuple[Problem, ...] | None = None
+
+    def __repr__(self) -> str:
+        return f"ArithmeticTask({self.config!r})"
+
+    # ----------------------------------------------------------------------------------------------- problems
+
+    def _make(self, uid: str, a: int, op: str, b: int, difficulty: int) -> Problem:
+        value = apply_op(a, op, b)
+        return Problem(
+            uid=uid,
+            prompt=f"{a}{op}{b}=",
+            answer=format_answer(value, self.config.reverse_answer),
+            difficulty=difficulty,
+            op=op,
+            operands=(a, b),
+            target=value,
+        )
+
+    def _held_out(self, a: int, op: str, b: int) -> bool:
+        return stable_hash("arithmetic|holdout|" + holdout_key(a, op, b)) % self.config.holdout_modulus == 0
+
+    def is_held_out(self, problem: Problem) -> bool:
+        a, b = problem.operands
+        return self._held_out(a, problem.op, b)
+
+    def problem_at(self, seed: int, index: int) -> Problem:
+        rng = stream_rng(self.name, seed, index)
+        difficulty = rng.choices(self._train_difficulties, weights=self._train_weights)[0]
+        op = rng.choice(self.config.ops)
+        lo, hi = operand_range(difficulty)
+        for _ in range(_MAX_REDRAWS):
+            a, b = rng.randint(lo, hi), rng.randint(lo, hi)
+            if not self._held_out(a, op, b):
+                return self._make(f"{self.name}:train:{seed}:{index}", a, op, b, difficulty)
+        raise RuntimeError(f"no training problem found for difficulty {difficulty}, op {op!r}")  # pragma: no cover
+
+    def eval_set(self) -> list[Problem]:
+        if self._eval_cache is None:
+            self._eval_cache = tuple(self._build_eval_set())
+        return list(self._eval_cache)
+
+    def _build_eval_set(self) -> list[Problem]:
+        cfg = self.config
+        chosen: list[tuple[int, str, int, int]] = []  # (difficulty, op, a, b)
+        for d in self.difficulties:
+            lo, hi = operand_range(d)
+            n_values = hi - lo + 1
+            for j, op in enumerate(cfg.ops):
+                # Split eval_per_difficulty evenly over ops (the first ops take the remainder).
+                want = cfg.eval_per_difficulty // len(cfg.ops) + (j < cfg.eval_per_difficulty % len(cfg.ops))
+                rng = random.Random(f"{self.name}|eval|{d}|{op}")
+                if n_values * n_values <= _ENUMERATE_LIMIT:
+                    pool = [(a, b) for a in range(lo, hi + 1) for b in range(lo, hi + 1) if self._held_out(a, op, b)]
+                    pairs = rng.sample(pool, min(want, len(pool)))
+                else:
+                    # The space dwarfs `want`: draw until `want` distinct held-out pairs (about modulus*want draws).
+                    seen: set[tuple[int, int]] = set()
+                    pairs = []
+                    while len(pairs) < want:
+                        a, b = rng.randint(lo, hi), rng.randint(lo, hi)
+                        if (a, b) not in seen and self._held_out(a, op, b):
+                            seen.add((a, b))
+                            pairs.append((a, b))
+                chosen.extend((d, op, a, b) for a, b in pairs)
+        return [self._make(f"{self.name}:eval:{k:04d}", a, op, b, d) for k, (d, op, a, b) in enumerate(chosen)]
+
+    # ---------------------------------------------------------------------------------------------- verifier
+
+    def reward(self, problem: Problem, completion: str, truncated: bool = False) -> RewardResult:
+        """Exact match of the answer part against the canonical answer (see module docstring).
+
+        Truncated completions (no `<eos>` before the length limit) are never correct and earn nothing, not even
+        the format reward: they did not finish, and rewarding them would reward running out of budget.
+        """
+        try:
+            if not isinstance(completion, str) or len(completion) > self.config.max_completion_chars:
+                return invalid_result()
+            m = self._answer_re.fullmatch(completion)
+            if m is None:
+                return invalid_result()
+            if truncated:
+                return RewardResult(reward=0.0, correct=False, format_ok=False, malformed=False)
+            correct = m.group("answer") == problem.answer
+            reward = 1.0 if correct else self.config.format_reward
+            return RewardResult(reward=reward, correct=correct, format_ok=True, malformed=False)
+        except Exception:  # a verifier must never take the training loop down
+            return invalid_result()
+
+    def sft_target(self, problem: Problem, rng: random.Random) -> str:
+        filler = rng.randint(0, self.config.filler_max) if self.config.filler_max > 0 else 0
+        return FILLER * filler + problem.answer
+
+    def max_response_len(self) -> int:
+        return self.config.filler_max + _longest_answer(self.config.max_digits, self.config.ops) + 1  # + <eos>
+
+    def max_prompt_len(self) -> int:
+        return 2 * self.config.max_digits + 2  # a, op, b, "="

@@ -1,0 +1,131 @@
+"""The task interface every environment implements, and the helpers tasks share.
+
+A task is a deterministic prompt stream plus a verifier. Everything the training loop needs from a task:
+
+- `problem_at(seed, index)`: problem `index` of the stream for data seed `seed`; a pure function of
+  (task settings, seed, index), so every objective arm sees the same prompts in the same order and a resumed run
+  needs only the index. It never depends on PYTHONHASHSEED, the process or earlier calls.
+- `eval_set()`: a fixed held-out list, the same for every seed and disjoint from every training problem of every
+  seed (training draws skip held-out problems by a cheap rule, see each task).
+- `reward(problem, completion, truncated)`: a pure, bounded-time verifier of completion *text* (special tokens
+  already stripped). It never executes model output and never raises on any input.
+- `sft_target(problem, rng)`: a reference completion (text only, no special tokens) that earns reward 1.0.
+- `max_response_len()`: tokens (= characters) enough for the longest reference completion plus `<eos>`.
+"""
+
+from __future__ import annotations
+
+import abc
+import random
+import zlib
+from dataclasses import dataclass
+
+# Completions longer than this many characters are never examined: the verifier answers "malformed" at once.
+DEFAULT_MAX_COMPLETION_CHARS = 256
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One prompt with its reference answer. Hashable (no dicts), so it can key caches and sets."""
+
+    uid: str
+    """Unique id: "<task>:train:<seed>:<index>" for stream problems, "<task>:eval:<k>" for the held-out set."""
+    prompt: str
+    """Prompt text without special tokens, e.g. "12+34="."""
+    answer: str
+    """Canonical answer text, e.g. "64" (46 written reversed); for countdown one reference expression."""
+    difficulty: int
+    """Difficulty level, one of the task's `difficulties`."""
+    op: str
+    """Operation ("+", "-", "*") or the task's kind ("countdown")."""
+    operands: tuple[int, ...]
+    """The numbers in the prompt, in prompt order."""
+    target: int
+    """The integer the answer must denote (a op b; the countdown target)."""
+
+
+@dataclass(frozen=True)
+class RewardResult:
+    """Outcome of verifying one completion.
+
+    correct:   the answer is exactly right and the completion finished (was not truncated).
+    malformed: the text does not parse as an answer (garbage, over-long, wrong type, illegal characters).
+    format_ok: well-formed and finished: `not malformed and not truncated`.
+    """
+
+    reward: float
+    correct: bool
+    format_ok: bool
+    malformed: bool
+
+
+class Task(abc.ABC):
+    """Abstract task. Subclasses set `name`, `difficulties` and `config` (a frozen dataclass of settings)."""
+
+    name: str
+    difficulties: tuple[int, ...]
+    config: object
+
+    @abc.abstractmethod
+    def problem_at(self, seed: int, index: int) -> Problem:
+        """Problem `index` of the training stream of data seed `seed` (pure function of seed and index)."""
+
+    def prompts(self, seed: int, start: int, n: int) -> list[Problem]:
+        """Problems start .. start+n-1 of the training stream of `seed`."""
+        _check_nonneg_int("start", start)
+        _check_nonneg_int("n", n)
+        return [self.problem_at(seed, start + i) for i in range(n)]
+
+    @abc.abstractmethod
+    def eval_set(self) -> list[Problem]:
+        """Fixed held-out problems, balanced over difficulties, disjoint from every training problem."""
+
+    @abc.abstractmethod
+    def is_held_out(self, problem: Problem) -> bool:
+        """True when `problem` belongs to the held-out pool that training never draws from."""
+
+    @abc.abstractmethod
+    def reward(self, problem: Problem, completion: str, truncated: bool = False) -> RewardResult:
+        """Verify `completion` (text, special tokens stripped). Never raises, never executes the text."""
+
+    @abc.abstractmethod
+    def sft_target(self, problem: Problem, rng: random.Random) -> str:
+        """A reference completion for supervised warm-up; always earns reward 1.0."""
+
+    @abc.abstractmethod
+    def max_response_len(self) -> int:
+        """Tokens enough for the longest reference completion plus one `<eos>`."""
+
+    @abc.abstractmethod
+    def max_prompt_len(self) -> int:
+        """Tokens of the longest prompt, without `<bos>`."""
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Helpers shared by tasks.
+
+
+def stable_hash(text: str) -> int:
+    """A hash that is the same in every process and Python version (unlike the salted built-in hash())."""
+    return zlib.crc32(text.encode("utf-8"))
+
+
+def stream_rng(task_name: str, seed: int, index: int) -> random.Random:
+    """The generator for problem `index` of data seed `seed`.
+
+    Seeding random.Random with a str hashes it with SHA-512 (seed version 2), so the stream is independent of
+    PYTHONHASHSEED, and distinct (seed, index) pairs never collide the way `seed * K + index` can.
+    """
+    _check_nonneg_int("seed", seed)
+    _check_nonneg_int("index", index)
+    return random.Random(f"{task_name}|train|{seed}|{index}")
+
+
+def _check_nonneg_int(field: str, value: object) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValueError(f"{field} must be a non-negative int, got {value!r}")
+
+
+def invalid_result() -> RewardResult:
+    """The result for text that does not parse."""
+    return RewardResult(reward=0.0, correct=False, format_ok=False, malformed=True)
