@@ -1,0 +1,455 @@
+"""Statistics over seeds: bootstrap confidence intervals, IQM, P(X > Y), pass@k, learning-curve bands.
+
+Every function is pure: arrays or DataFrames in, numbers or DataFrames out, no I/O, no plotting, no global
+random state. Functions that resample take ``seed`` (an int or a ``numpy.random.Generator``); the same
+inputs and the same seed give the same interval, bit for bit.
+
+Choices (following Agarwal et al., 2021, "Deep RL at the Edge of the Statistical Precipice"):
+
+- Library: ``scipy.stats.bootstrap`` does all resampling and ``scipy.stats.trim_mean`` computes the IQM.
+  The ``rliable`` package implements the same estimators but pulls in ``arch`` and its dependencies; scipy is
+  already a dependency of objbench, so we use it directly and keep this module small.
+- Interval: percentile bootstrap by default (``method="percentile"``), as rliable does. BCa is available
+  (``method="BCa"``) but with 3-5 seeds its acceleration estimate is unstable, and it is undefined for
+  degenerate (all-equal) samples; percentile intervals are defined for any sample of size >= 2.
+- Resamples: 10_000 for single numbers (tables), 2_000 per point for learning curves (rliable uses 2_000
+  for curves too).
+- Unit of resampling: one run (= one seed of one arm). Stratified bootstrap (``stratified_bootstrap_ci``)
+  resamples runs independently within each task column, which is what rliable calls StratifiedBootstrap;
+  it is done with scipy by passing each task column as a separate sample (scipy resamples separate samples
+  independently).
+- A sample of size 1 has no spread to resample: its interval is ``(nan, nan)``; the point estimate is kept.
+- IQM uses ``trim_mean(..., 0.25)``, which cuts ``floor(0.25 n)`` values at each end: with n = 3 seeds the
+  IQM equals the mean, with n = 5 it drops the lowest and highest run.
+"""
+
+from __future__ import annotations
+
+import inspect
+from typing import Callable, NamedTuple, Sequence
+
+import numpy as np
+import pandas as pd
+import scipy.stats
+
+__all__ = [
+    "CI",
+    "DEFAULT_RESAMPLES",
+    "CURVE_RESAMPLES",
+    "iqm",
+    "bootstrap_ci",
+    "stratified_bootstrap_ci",
+    "prob_improvement",
+    "pass_at_k",
+    "mean_ci_over_seeds",
+]
+
+DEFAULT_RESAMPLES = 10_000
+"""Bootstrap resamples for one number (a table cell)."""
+CURVE_RESAMPLES = 2_000
+"""Bootstrap resamples per point of a learning curve."""
+
+_MAX_BATCH_ELEMS = 4_000_000  # cap on resampled floats scipy holds at once (about 32 MB)
+
+
+class CI(NamedTuple):
+    """A point estimate with a confidence interval; ``low``/``high`` are NaN when they cannot be estimated."""
+
+    point: float
+    low: float
+    high: float
+
+
+# ---------------------------------------------------------------------------------------------- aggregates
+
+
+def _iqm_last_axes(a: np.ndarray, ndim: int) -> np.ndarray:
+    """IQM over the last ``ndim`` axes of ``a`` (flattened together), vectorised over leading axes."""
+    flat = a.reshape(a.shape[: a.ndim - ndim] + (-1,))
+    return scipy.stats.trim_mean(flat, proportiontocut=0.25, axis=-1)
+
+
+def iqm(scores) -> float:
+    """Interquartile mean: the mean of the middle 50% of all scores.
+
+    Args:
+        scores: array-like of any shape, typically ``(n_runs,)`` or ``(n_runs, n_tasks)``; all entries are
+            pooled (rliable's ``aggregate_iqm``). Must be non-empty and contain no NaN.
+
+    Returns:
+        ``scipy.stats.trim_mean(scores, 0.25, axis=None)`` as a float. ``floor(0.25 n)`` values are cut at each
+        end, so for n < 4 this is the plain mean.
+
+    Example: ``iqm([[1, 2], [2, 2], [1, 1], [2, 1]]) == 1.5``.
+    """
+    a = _as_finite_array(scores, "scores")
+    return float(scipy.stats.trim_mean(a, proportiontocut=0.25, axis=None))
+
+
+_NAMED_STATISTICS: dict[str, Callable[[np.ndarray, int], np.ndarray]] = {
+    # each maps (array, number of trailing data axes) -> array over the leading (batch) axes
+    "mean": lambda a, nd: a.reshape(a.shape[: a.ndim - nd] + (-1,)).mean(axis=-1),
+    "median": lambda a, nd: np.median(a.reshape(a.shape[: a.ndim - nd] + (-1,)), axis=-1),
+    "iqm": _iqm_last_axes,
+}
+
+
+def _resolve_statistic(statistic) -> tuple[Callable[[np.ndarray, int], np.ndarray], str]:
+    if callable(statistic):
+        name = getattr(statistic, "__name__", "custom")
+        return (lambda a, nd: np.asarray(statistic(a))), name
+    if statistic not in _NAMED_STATISTICS:
+        raise ValueError(f"unknown statistic {statistic!r}; valid: {sorted(_NAMED_STATISTICS)} or a callable")
+    return _NAMED_STATISTICS[statistic], statistic
+
+
+# ---------------------------------------------------------------------------------------------- bootstrap
+
+
+def _as_finite_array(x, name: str, ndim: int | None = None) -> np.ndarray:
+    a = np.asarray(x, dtype=float)
+    if ndim is not None and a.ndim != ndim:
+        raise ValueError(f"{name} must be {ndim}-D, got shape {a.shape}")
+    if a.size == 0:
+        raise ValueError(f"{name} is empty")
+    if not np.all(np.isfinite(a)):
+        raise ValueError(f"{name} contains NaN or inf; drop or impute them before computing statistics")
+    return a
+
+
+def _rng(seed) -> dict:
+    """Keyword argument that seeds ``scipy.stats.bootstrap`` (``rng`` since scipy 1.15, ``random_state`` before)."""
+    gen = seed if isinstance(seed, np.random.Generator) else np.random.default_rng(seed)
+    return {_RNG_KW: gen}
+
+
+_RNG_KW = "rng" if "rng" in inspect.signature(scipy.stats.bootstrap).parameters else "random_state"
+
+
+def _check_confidence(confidence: float) -> None:
+    if not 0.0 < confidence < 1.0:
+        raise ValueError(f"confidence must be in (0, 1), got {confidence}")
+
+
+def _batch(n_resamples: int, elems_per_resample: int) -> int:
+    return int(max(1, min(n_resamples, _MAX_BATCH_ELEMS // max(1, elems_per_resample))))
+
+
+def bootstrap_ci(
+    x,
+    confidence: float = 0.95,
+    n_resamples: int = DEFAULT_RESAMPLES,
+    seed=0,
+    statistic="mean",
+    method: str = "percentile",
+) -> CI:
+    """Bootstrap confidence interval of a statistic of one sample of runs (e.g. one value per seed).
+
+    Args:
+        x: 1-D array-like, one value per run; finite, non-empty.
+        confidence: two-sided confidence level.
+        n_resamples: bootstrap resamples.
+        seed: int or ``numpy.random.Generator``; same seed -> same interval.
+        statistic: ``"mean"`` (default), ``"median"``, ``"iqm"``, or a callable mapping an array of shape
+            ``(..., n)`` to ``(...)`` (vectorised over leading axes).
+        method: ``"percentile"`` (default), ``"basic"`` or ``"BCa"``, passed to ``scipy.stats.bootstrap``.
+
+    Returns:
+        ``CI(point, low, high)``. For n = 1 the interval is ``(nan, nan)``. For an all-equal sample the
+        interval is ``(v, v)`` (every resample gives v; BCa would be undefined).
+    """
+    a = _as_finite_array(x, "x", ndim=1)
+    _check_confidence(confidence)
+    fn, _ = _resolve_statistic(statistic)
+    point = float(fn(a, 1))
+    if a.size < 2:
+        return CI(point, float("nan"), float("nan"))
+    if np.all(a == a[0]):
+        return CI(point, point, point)
+    res = scipy.stats.bootstrap(
+        (a,),
+        lambda s, axis=-1: fn(np.moveaxis(s, axis, -1), 1),
+        n_resamples=n_resamples,
+        batch=_batch(n_resamples, a.size),
+        vectorized=True,
+        confidence_level=confidence,
+        method=method,
+        **_rng(seed),
+    )
+    return CI(point, float(res.confidence_interval.low), float(res.confidence_interval.high))
+
+
+def stratified_bootstrap_ci(
+    scores,
+    statistic="iqm",
+    confidence: float = 0.95,
+    n_resamples: int = DEFAULT_RESAMPLES,
+    seed=0,
+    method: str = "percentile",
+) -> CI:
+    """Stratified bootstrap CI of an aggregate over a (runs x tasks) score matrix, as rliable.
+
+    Runs are resampled with replacement independently within each task column (a "task" can be an
+    environment, a difficulty bucket, or anything the runs are scored on separately), and the statistic is
+    applied to the resampled matrix.
+
+    Args:
+        scores: array-like of shape ``(n_runs, n_tasks)`` (1-D is treated as one task); finite, rectangular.
+        statistic: ``"iqm"`` (default), ``"mean"``, ``"median"`` (all pool the matrix), or a callable mapping an
+            array of shape ``(..., n_runs, n_tasks)`` to ``(...)``.
+        confidence, n_resamples, seed, method: as in :func:`bootstrap_ci`.
+
+    Returns:
+        ``CI(point, low, high)``; ``(nan, nan)`` interval when n_runs < 2.
+    """
+    a = _as_finite_array(scores, "scores")
+    if a.ndim == 1:
+        a = a[:, None]
+    if a.ndim != 2:
+        raise ValueError(f"scores must have shape (n_runs, n_tasks), got {a.shape}")
+    _check_confidence(confidence)
+    fn, _ = _resolve_statistic(statistic)
+    point = float(fn(a, 2))
+    if a.shape[0] < 2:
+        return CI(point, float("nan"), float("nan"))
+    if np.all(a == a[0:1, :]):  # every column constant: every resample is the original matrix
+        return CI(point, point, point)
+
+    def stat(*cols, axis=-1):  # each col: (..., n_runs) -> matrix (..., n_runs, n_tasks)
+        return fn(np.stack([np.moveaxis(c, axis, -1) for c in cols], axis=-1), 2)
+
+    res = scipy.stats.bootstrap(
+        tuple(a[:, j] for j in range(a.shape[1])),
+        stat,
+        n_resamples=n_resamples,
+        batch=_batch(n_resamples, a.size),
+        vectorized=True,
+        paired=False,  # columns are resampled independently: the strata
+        confidence_level=confidence,
+        method=method,
+        **_rng(seed),
+    )
+    return CI(point, float(res.confidence_interval.low), float(res.confidence_interval.high))
+
+
+# ---------------------------------------------------------------------------------------------- P(X > Y)
+
+
+def _pairwise_prob(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """Mean over all (i, j) of 1[x_i > y_j] + 1/2 1[x_i == y_j]; x (..., n), y (..., m) -> (...).
+
+    Equals the Mann-Whitney U statistic of x divided by n * m.
+    """
+    d = x[..., :, None] - y[..., None, :]
+    return ((d > 0) + 0.5 * (d == 0)).mean(axis=(-2, -1))
+
+
+def prob_improvement(
+    x,
+    y,
+    confidence: float = 0.95,
+    n_resamples: int = DEFAULT_RESAMPLES,
+    seed=0,
+    method: str = "percentile",
+) -> CI:
+    """Probability of improvement P(X > Y): the chance that a random run of X scores above a random run of Y.
+
+    Point estimate: Mann-Whitney ``U / (n m)`` from ``scipy.stats.mannwhitneyu(x, y)``, i.e. the fraction of
+    (x_i, y_j) pairs with x_i > y_j, ties counting 1/2 (Agarwal et al., 2021). P(X > Y) + P(Y > X) = 1.
+    Interval: two-sample bootstrap, x and y resampled independently.
+
+    Args:
+        x, y: 1-D array-likes of final scores, one per run (seed); finite, non-empty; sizes may differ.
+        confidence, n_resamples, seed, method: as in :func:`bootstrap_ci`.
+
+    Returns:
+        ``CI(point, low, high)``; the interval is ``(nan, nan)`` if either sample has fewer than 2 runs.
+    """
+    a = _as_finite_array(x, "x", ndim=1)
+    b = _as_finite_array(y, "y", ndim=1)
+    _check_confidence(confidence)
+    u = scipy.stats.mannwhitneyu(a, b, alternative="two-sided", method="asymptotic").statistic
+    point = float(u / (a.size * b.size))
+    if a.size < 2 or b.size < 2:
+        return CI(point, float("nan"), float("nan"))
+    if np.all(a == a[0]) and np.all(b == b[0]):
+        return CI(point, point, point)
+
+    def stat(xs, ys, axis=-1):
+        return _pairwise_prob(np.moveaxis(xs, axis, -1), np.moveaxis(ys, axis, -1))
+
+    res = scipy.stats.bootstrap(
+        (a, b),
+        stat,
+        n_resamples=n_resamples,
+        batch=_batch(n_resamples, a.size * b.size),
+        vectorized=True,
+        paired=False,
+        confidence_level=confidence,
+        method=method,
+        **_rng(seed),
+    )
+    return CI(point, float(res.confidence_interval.low), float(res.confidence_interval.high))
+
+
+# ---------------------------------------------------------------------------------------------- pass@k
+
+
+def pass_at_k(n, c, k):
+    """Unbiased pass@k estimator (Chen et al., 2021): ``1 - C(n - c, k) / C(n, k)``.
+
+    Computed in the numerically stable product form ``1 - prod_{i = n-c+1}^{n} (1 - k / i)``, which never
+    forms the (huge) binomial coefficients.
+
+    Args:
+        n: samples drawn per problem (int >= 1).
+        c: correct samples among them (0 <= c <= n).
+        k: the k in pass@k (1 <= k <= n).
+        Any of them may be an array; they broadcast, and the result has the broadcast shape.
+
+    Returns:
+        float (or float array): the probability that at least one of k samples drawn without replacement from
+        the n is correct. 0 when c = 0; 1 when n - c < k.
+    """
+    n_arr, c_arr, k_arr = np.broadcast_arrays(np.asarray(n), np.asarray(c), np.asarray(k))
+    for name, v in (("n", n_arr), ("c", c_arr), ("k", k_arr)):
+        if not np.all(np.equal(np.mod(v, 1), 0)):
+            raise ValueError(f"{name} must be integers, got {v}")
+    if np.any(n_arr < 1) or np.any(c_arr < 0) or np.any(c_arr > n_arr) or np.any(k_arr < 1) or np.any(k_arr > n_arr):
+        raise ValueError(f"need 1 <= k <= n and 0 <= c <= n; got n={n}, c={c}, k={k}")
+    out = np.empty(n_arr.shape, dtype=float)
+    for idx in np.ndindex(n_arr.shape):
+        ni, ci, ki = int(n_arr[idx]), int(c_arr[idx]), int(k_arr[idx])
+        if ni - ci < ki:
+            out[idx] = 1.0
+        else:
+            out[idx] = 1.0 - float(np.prod(1.0 - ki / np.arange(ni - ci + 1, ni + 1)))
+    return float(out) if out.ndim == 0 else out
+
+
+# ---------------------------------------------------------------------------------------------- curves
+
+
+def _check_columns(df: pd.DataFrame, required: Sequence[str], what: str) -> None:
+    missing = [c for c in required if c not in df.columns]
+    if missing:
+        raise ValueError(f"{what}: missing column(s) {missing}; got {list(df.columns)}")
+
+
+def mean_ci_over_seeds(
+    df: pd.DataFrame,
+    x: str = "step",
+    value: str = "value",
+    by: str = "arm",
+    unit: str = "run",
+    confidence: float = 0.95,
+    n_resamples: int = CURVE_RESAMPLES,
+    seed=0,
+    smooth: int | None = None,
+    interpolate: bool | None = None,
+    grid_points: int | None = None,
+) -> pd.DataFrame:
+    """Learning curve per group: the mean over runs at each x, with a bootstrap CI over runs.
+
+    Data contract:
+        ``df`` is long-format for ONE metric, with columns ``by`` (e.g. arm), ``unit`` (one learning curve,
+        e.g. run), ``x`` (e.g. step or tokens) and ``value``. A ``metric`` column, if present, must hold a
+        single name. NaN values are dropped first.
+
+    Args:
+        x: the x column. Runs are aligned on exact x values unless ``interpolate``.
+        smooth: optional trailing rolling-mean window (in points) applied to each run before aggregation;
+            ``None`` (default) = no smoothing.
+        interpolate: linearly interpolate each run onto a common grid of x before averaging. Default
+            (``None``): True when ``x != "step"``, because generated-token counts differ between runs at the
+            same step, so runs must be compared at equal budgets. The grid spans the union of the runs'
+            ranges; a run contributes only inside its own range (no extrapolation), so ``n`` can vary along x.
+        grid_points: grid size when interpolating; default: the largest number of points of any run.
+        confidence, n_resamples, seed: bootstrap settings (percentile interval, resampling runs).
+
+    Returns:
+        DataFrame with columns ``[by, x, "mean", "low", "high", "n"]``, one row per (group, x) with n >= 1,
+        groups in order of first appearance in ``df``, x ascending. ``low``/``high`` are NaN where n = 1.
+    """
+    _check_columns(df, [by, unit, x, value], "mean_ci_over_seeds")
+    if "metric" in df.columns and df["metric"].nunique() > 1:
+        raise ValueError(f"mean_ci_over_seeds expects one metric, got {sorted(df['metric'].unique())}")
+    _check_confidence(confidence)
+    if interpolate is None:
+        interpolate = x != "step"
+    data = df[[by, unit, x, value]].dropna()
+    out_cols = [by, x, "mean", "low", "high", "n"]
+    if data.empty:
+        return pd.DataFrame(columns=out_cols)
+
+    parts = []
+    for group, gdf in data.groupby(by, sort=False):
+        # wide: rows = x, columns = units
+        wide = gdf.pivot_table(index=x, columns=unit, values=value, aggfunc="mean", sort=True)
+        if smooth and smooth > 1:
+            wide = wide.apply(lambda col: col.dropna().rolling(smooth, min_periods=1).mean())
+        if interpolate:
+            wide = _interpolate_to_grid(wide, grid_points)
+        mat = wide.to_numpy(dtype=float).T  # (n_units, n_x)
+        mean, low, high, n = _column_ci(mat, confidence, n_resamples, seed)
+        part = pd.DataFrame({by: group, x: wide.index.to_numpy(), "mean": mean, "low": low, "high": high, "n": n})
+        parts.append(part[part["n"] > 0])
+    return pd.concat(parts, ignore_index=True)[out_cols]
+
+
+def _interpolate_to_grid(wide: pd.DataFrame, grid_points: int | None) -> pd.DataFrame:
+    cols = {}
+    lo, hi, npts = np.inf, -np.inf, 0
+    for u in wide.columns:
+        col = wide[u].dropna()
+        lo, hi, npts = min(lo, col.index.min()), max(hi, col.index.max()), max(npts, len(col))
+    grid = np.linspace(lo, hi, grid_points or max(npts, 2)) if hi > lo else np.array([lo])
+    for u in wide.columns:
+        col = wide[u].dropna()
+        cx, cy = col.index.to_numpy(dtype=float), col.to_numpy(dtype=float)
+        y = np.interp(grid, cx, cy)
+        y[(grid < cx.min()) | (grid > cx.max())] = np.nan  # no extrapolation
+        cols[u] = y
+    return pd.DataFrame(cols, index=pd.Index(grid, name=wide.index.name))
+
+
+def _column_ci(mat: np.ndarray, confidence: float, n_resamples: int, seed):
+    """Mean and percentile-bootstrap CI of each column of ``mat`` (n_units, n_x) over its non-NaN rows.
+
+    Columns with the same pattern of present units are bootstrapped together in one vectorised scipy call.
+    """
+    n_x = mat.shape[1]
+    mean = np.full(n_x, np.nan)
+    low = np.full(n_x, np.nan)
+    high = np.full(n_x, np.nan)
+    present = ~np.isnan(mat)
+    n = present.sum(axis=0)
+    patterns: dict[bytes, list[int]] = {}
+    for j in range(n_x):
+        if n[j] > 0:
+            patterns.setdefault(present[:, j].tobytes(), []).append(j)
+    for cols in patterns.values():
+        rows = present[:, cols[0]]
+        sub = mat[np.ix_(rows, cols)]  # (n_present, n_cols), no NaN
+        mean[cols] = sub.mean(axis=0)
+        if sub.shape[0] < 2:
+            continue
+        const = np.all(sub == sub[0:1], axis=0)
+        low[np.asarray(cols)[const]] = high[np.asarray(cols)[const]] = sub[0, const]
+        vary = np.asarray(cols)[~const]
+        if vary.size == 0:
+            continue
+        res = scipy.stats.bootstrap(
+            (sub[:, ~const],),
+            np.mean,
+            axis=0,
+            n_resamples=n_resamples,
+            batch=_batch(n_resamples, sub[:, ~const].size),
+            vectorized=True,
+            confidence_level=confidence,
+            method="percentile",
+            **_rng(seed),
+        )
+        low[vary] = res.confidence_interval.low
+        high[vary] = res.confidence_interval.high
+    return mean, low, high, n
