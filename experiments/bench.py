@@ -1,0 +1,68 @@
+"""`objbench bench`: where a training step's time goes, and rollout / update throughput.
+
+Runs the real loop's functions (collect, update) on a config for warmup + N steps, without writing a run
+folder, and prints the per-phase time split. Timings are wall-clock on a shared machine: compare ratios
+measured in one invocation, not absolute numbers across invocations.
+"""
+
+from __future__ import annotations
+
+import time
+
+import torch
+
+from experiments.config import load_config
+from experiments.train import _make_optimizers, build_setup, collect, peak_rss_mb, update
+
+PHASES = ("sample", "reward", "reference", "critic", "advantages", "forward", "loss", "backward", "optimizer",
+          "metrics")
+MODEL_PHASES = ("sample", "reference", "critic", "forward", "backward", "optimizer")
+
+
+def bench(config=None, overrides=(), steps: int = 20, warmup: int = 3, quiet: bool = False) -> dict:
+    cfg = load_config(config, list(overrides))
+    s = build_setup(cfg)
+    s.policy.train()
+    opt, critic_opt = _make_optimizers(s)
+    state = {"step": 0, "prompt_index": 0, "tokens": 0, "elapsed": 0.0}
+    gen_tokens = trained_tokens = 0
+    total = 0.0
+    for i in range(warmup + steps):
+        if i == warmup:
+            s.timers.clear()
+            gen_tokens = trained_tokens = 0
+            total = 0.0
+        t0 = time.perf_counter()
+        train_b, all_b, _ = collect(s, i + 1, state)
+        if train_b is not None:
+            update(s, train_b, opt, critic_opt, i + 1)
+            trained_tokens += int(train_b.response_mask.sum()) * cfg.objective.n_epochs
+        gen_tokens += int(all_b.response_mask.sum())
+        total += time.perf_counter() - t0
+    t = dict(s.timers)
+    accounted = sum(t.values())
+    other = total - accounted
+    upd = sum(t.get(k, 0.0) for k in ("forward", "loss", "backward", "optimizer"))
+    res = {
+        "config": f"objective={cfg.objective.name} model={cfg.model.arch} "
+                  f"completions/step={cfg.rollout.completions_per_step} G={cfg.objective.group_size}",
+        "threads": torch.get_num_threads(),
+        "steps": steps, "s_per_step": total / steps,
+        "rollout_tokens_per_s": gen_tokens / max(t.get("sample", 0.0), 1e-9),
+        "update_tokens_per_s": trained_tokens / max(upd, 1e-9),
+        "gen_tokens_per_step": gen_tokens / steps,
+        "phases": {k: t.get(k, 0.0) / steps for k in PHASES if k in t} | {"other": other / steps},
+        "harness_overhead_frac": 1 - sum(t.get(k, 0.0) for k in MODEL_PHASES) / total,
+        "peak_rss_mb": peak_rss_mb(),
+    }
+    if not quiet:
+        print(res["config"] + f"  threads={res['threads']}")
+        print(f"{res['s_per_step'] * 1000:.1f} ms/step over {steps} steps (after {warmup} warmup); "
+              f"{res['gen_tokens_per_step']:.0f} generated tokens/step")
+        print(f"rollout: {res['rollout_tokens_per_s']:.0f} tokens/s   update: {res['update_tokens_per_s']:.0f} tokens/s")
+        print(f"{'phase':12s} {'ms/step':>9s} {'share':>7s}")
+        for k, v in res["phases"].items():
+            print(f"{k:12s} {v * 1000:9.2f} {v / res['s_per_step']:7.1%}")
+        print(f"time outside model forward/backward/sampling: {res['harness_overhead_frac']:.1%}; "
+              f"peak RSS {res['peak_rss_mb']:.0f} MB")
+    return res

@@ -1,0 +1,313 @@
+"""Typed run configuration: frozen dataclasses, YAML files, ``key=value`` overrides.
+
+Parsing and type checking are done by OmegaConf's structured configs (a maintained library that already
+rejects unknown keys and mistyped values with the full dotted key in the message); range and choice
+checks live in each dataclass's ``__post_init__``. Everything is validated before any compute starts.
+
+Objective presets: ``objective: grpo`` in a YAML file or ``objective=grpo`` on the command line selects
+``algos.presets["grpo"]``; ``objective.loss.agg=token_mean`` then overrides one field of it. Field
+overrides always apply after the preset, whatever their order on the command line.
+"""
+
+from __future__ import annotations
+
+import difflib
+import hashlib
+import json
+from dataclasses import asdict, dataclass, field, fields, is_dataclass
+from pathlib import Path
+from typing import Any, List, Optional
+
+import yaml
+from omegaconf import OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+from algos import presets as PRESETS
+from algos.config import ObjectiveConfig
+
+
+class ConfigError(ValueError):
+    """A configuration problem found before any compute started."""
+
+
+def _choice(name: str, value, choices):
+    if value not in choices:
+        raise ConfigError(f"{name}={value!r} is not valid; choose one of: {', '.join(map(str, choices))}")
+
+
+def _positive(name: str, value, allow_zero=False):
+    if value < 0 or (value == 0 and not allow_zero):
+        raise ConfigError(f"{name} must be {'>= 0' if allow_zero else '> 0'}, got {value}")
+
+
+@dataclass(frozen=True)
+class TaskConfig:
+    name: str = "arithmetic"
+    """task name in envs (see `envs.TASKS`)"""
+    max_digits: int = 3
+    """largest operand size; difficulty d = number of digits of the operands, 1..max_digits"""
+    ops: str = "+"
+    """operators to draw from, e.g. "+" or "+-*" """
+    difficulty_weights: List[float] = field(default_factory=list)
+    """mixture weight per difficulty 1..max_digits; empty = the task's default mixture"""
+    filler_max: int = 0
+    """> 0: completions may start with up to this many '.' filler characters (length-bias study)"""
+    format_reward: float = 0.0
+    """reward for a well-formed but wrong answer (0 = pure correctness reward)"""
+    reverse_answer: bool = True
+    """answers are written least-significant digit first (learnable by tiny causal models)"""
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    arch: str = "tiny"
+    """tiny (~0.13M params) | small (~1M) | path to a local Hugging Face causal-LM directory"""
+    attn: str = "sdpa"
+    """attention implementation passed to transformers (sdpa | eager)"""
+
+    def __post_init__(self):
+        _choice("model.attn", self.attn, ("sdpa", "eager"))
+
+
+@dataclass(frozen=True)
+class SFTConfig:
+    steps: int = 300
+    """supervised warm-start steps on reference answers (0 = start RL from random weights)"""
+    batch_size: int = 64
+    lr: float = 1e-3
+    """AdamW learning rate of the warm start"""
+
+    def __post_init__(self):
+        _positive("sft.steps", self.steps, allow_zero=True)
+        _positive("sft.batch_size", self.batch_size)
+        _positive("sft.lr", self.lr)
+
+
+@dataclass(frozen=True)
+class RolloutConfig:
+    completions_per_step: int = 64
+    """the budget unit shared by all arms: prompts per step = completions_per_step / objective.group_size"""
+    temperature: float = 1.0
+    top_p: float = 1.0
+    max_new_tokens: int = 0
+    """0 = the task's longest reference answer + EOS (+ 2 tokens of slack)"""
+    engine: str = "hf"
+    """hf (transformers sampling loop with KV cache) | vllm (GPU)"""
+
+    def __post_init__(self):
+        _positive("rollout.completions_per_step", self.completions_per_step)
+        _positive("rollout.temperature", self.temperature)
+        if not 0 < self.top_p <= 1:
+            raise ConfigError(f"rollout.top_p must be in (0, 1], got {self.top_p}")
+        _positive("rollout.max_new_tokens", self.max_new_tokens, allow_zero=True)
+        _choice("rollout.engine", self.engine, ("hf", "vllm"))
+
+
+@dataclass(frozen=True)
+class OptimConfig:
+    lr: float = 1e-4
+    """AdamW learning rate of the policy during RL"""
+    beta1: float = 0.9
+    beta2: float = 0.999
+    weight_decay: float = 0.0
+    grad_clip: float = 1.0
+    """max global grad norm (0 = no clipping)"""
+
+    def __post_init__(self):
+        _positive("optim.lr", self.lr)
+        _positive("optim.grad_clip", self.grad_clip, allow_zero=True)
+        _positive("optim.weight_decay", self.weight_decay, allow_zero=True)
+
+
+@dataclass(frozen=True)
+class LoopConfig:
+    steps: int = 200
+    """RL steps (rollout batches); each may contain several optimizer steps (objective.n_minibatches)"""
+    eval_every: int = 25
+    """held-out evaluation period in steps (step 0 and the last step are always evaluated)"""
+    eval_samples: int = 4
+    """samples per held-out prompt for pass@k (k = 1 and eval_samples)"""
+    eval_size: int = 0
+    """0 = the task's whole held-out set; else its first eval_size problems"""
+    checkpoint_every: int = 50
+    """checkpoint period in steps (0 = only at the end)"""
+    log_samples: int = 2
+    """decoded rollouts per step written to samples.jsonl"""
+    threads: int = 0
+    """torch intra-op threads (0 = leave torch's default)"""
+
+    def __post_init__(self):
+        _positive("train.steps", self.steps)
+        _positive("train.eval_every", self.eval_every)
+        _positive("train.eval_samples", self.eval_samples)
+        _positive("train.eval_size", self.eval_size, allow_zero=True)
+        _positive("train.checkpoint_every", self.checkpoint_every, allow_zero=True)
+        _positive("train.log_samples", self.log_samples, allow_zero=True)
+        _positive("train.threads", self.threads, allow_zero=True)
+
+
+@dataclass(frozen=True)
+class LogConfig:
+    ref_kl: bool = True
+    """log exact and estimated KL to the start policy every step even when the objective has no KL term"""
+    wandb: bool = False
+    """also log to Weights & Biases (offline mode unless WANDB_API_KEY is set)"""
+    wandb_project: str = "objbench"
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    name: str = ""
+    """run name (folder under out_dir); empty = <objective.name>__s<seed>"""
+    seed: int = 0
+    """seeds the start weights, the warm start, sampling and minibatch order"""
+    data_seed: Optional[int] = None
+    """seeds the prompt stream; None = seed. Every arm with the same data seed sees the same prompts"""
+    out_dir: str = "results/runs"
+    task: TaskConfig = field(default_factory=TaskConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    sft: SFTConfig = field(default_factory=SFTConfig)
+    rollout: RolloutConfig = field(default_factory=RolloutConfig)
+    objective: ObjectiveConfig = field(default_factory=lambda: PRESETS["grpo"])
+    optim: OptimConfig = field(default_factory=OptimConfig)
+    train: LoopConfig = field(default_factory=LoopConfig)
+    log: LogConfig = field(default_factory=LogConfig)
+
+    def __post_init__(self):
+        G = self.objective.group_size
+        if self.rollout.completions_per_step % G:
+            raise ConfigError(
+                f"rollout.completions_per_step={self.rollout.completions_per_step} is not a multiple of "
+                f"objective.group_size={G}")
+        per_mb = self.rollout.completions_per_step // self.objective.n_minibatches
+        if self.rollout.completions_per_step % self.objective.n_minibatches or per_mb < 1:
+            raise ConfigError(
+                f"rollout.completions_per_step={self.rollout.completions_per_step} must be divisible by "
+                f"objective.n_minibatches={self.objective.n_minibatches}")
+
+    @property
+    def run_name(self) -> str:
+        return self.name or f"{self.objective.name}__s{self.seed}"
+
+    @property
+    def prompts_per_step(self) -> int:
+        return self.rollout.completions_per_step // self.objective.group_size
+
+    @property
+    def effective_data_seed(self) -> int:
+        return self.seed if self.data_seed is None else self.data_seed
+
+
+# ----------------------------------------------------------------------------------------------------
+# loading
+
+
+def _all_keys(obj, prefix="") -> list[str]:
+    out = []
+    for f in fields(obj):
+        key = f"{prefix}{f.name}"
+        out.append(key)
+        value = getattr(obj, f.name)
+        if is_dataclass(value):
+            out.extend(_all_keys(value, key + "."))
+    return out
+
+
+def _explain(err: Exception) -> ConfigError:
+    msg = str(err).split("\n")[0]
+    key = getattr(err, "full_key", None) or ""
+    if "not in" in msg:
+        valid = _all_keys(TrainConfig())
+        close = difflib.get_close_matches(key, valid, n=3) if key else []
+        hint = f" Did you mean: {', '.join(close)}?" if close else ""
+        return ConfigError(f"unknown config key {key!r}.{hint}")
+    return ConfigError(f"invalid value for {key!r}: {msg}" if key else msg)
+
+
+def _preset_node(name: str):
+    if name not in PRESETS:
+        raise ConfigError(f"objective={name!r} is not a preset; choose one of: {', '.join(PRESETS)}")
+    return OmegaConf.structured(PRESETS[name])
+
+
+def parse_overrides(overrides: list[str]) -> tuple[Optional[str], list[str]]:
+    """Split CLI overrides into (preset name or None, dotted key=value list)."""
+    preset, rest = None, []
+    for item in overrides:
+        if "=" not in item:
+            raise ConfigError(f"override {item!r} is not of the form key=value")
+        key, value = item.split("=", 1)
+        if key.strip() == "objective":
+            preset = value.strip()
+        else:
+            rest.append(item)
+    return preset, rest
+
+
+def load_config(path: str | Path | None = None, overrides: list[str] | tuple = (),
+                extra: dict | None = None) -> TrainConfig:
+    """Resolve a TrainConfig from a YAML file (optional), a dict of extra settings, and CLI overrides.
+
+    Precedence, lowest first: defaults < preset < YAML < ``extra`` < CLI overrides; a CLI ``objective=``
+    replaces the whole objective section with that preset before the CLI's own objective.* overrides.
+    """
+    file_dict: dict[str, Any] = {}
+    if path is not None:
+        path = Path(path)
+        if not path.is_file():
+            raise ConfigError(f"config file not found: {path}")
+        with open(path) as fh:
+            try:
+                file_dict = yaml.safe_load(fh) or {}
+            except yaml.YAMLError as e:
+                raise ConfigError(f"{path}: not valid YAML: {e}") from None
+        if not isinstance(file_dict, dict):
+            raise ConfigError(f"{path}: top level must be a mapping of config keys")
+    layers = [file_dict, extra or {}]
+    cli_preset, dotted = parse_overrides(list(overrides))
+    try:
+        base = OmegaConf.structured(TrainConfig)
+        # pick the preset: CLI > last layer that names one > default
+        preset = None
+        obj_layers = []
+        for layer in layers:
+            layer = dict(layer)
+            obj = layer.pop("objective", None)
+            if isinstance(obj, str):
+                preset, obj_layers = obj, []
+            elif isinstance(obj, dict):
+                obj = dict(obj)
+                if "preset" in obj:
+                    preset, obj_layers = obj.pop("preset"), []
+                obj_layers.append(obj)
+            elif obj is not None:
+                raise ConfigError(f"objective must be a preset name or a mapping, got {obj!r}")
+            base = OmegaConf.merge(base, OmegaConf.create(layer))
+        if cli_preset is not None:
+            preset, obj_layers = cli_preset, []
+        if preset is not None:
+            base.objective = _preset_node(preset)
+        for obj in obj_layers:
+            base = OmegaConf.merge(base, OmegaConf.create({"objective": obj}))
+        if dotted:
+            base = OmegaConf.merge(base, OmegaConf.from_dotlist(dotted))
+        cfg = OmegaConf.to_object(base)
+    except OmegaConfBaseException as e:
+        raise _explain(e) from None
+    except (ValueError, TypeError) as e:
+        if isinstance(e, ConfigError):
+            raise
+        raise ConfigError(str(e)) from None
+    return cfg
+
+
+def to_dict(cfg) -> dict:
+    return asdict(cfg)
+
+
+def to_yaml(cfg) -> str:
+    return yaml.safe_dump(to_dict(cfg), sort_keys=False)
+
+
+def config_hash(d: dict) -> str:
+    return hashlib.sha256(json.dumps(d, sort_keys=True, default=str).encode()).hexdigest()[:12]

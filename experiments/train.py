@@ -1,0 +1,661 @@
+"""The training loop: one function of (config, seed), readable top to bottom, never branching on a preset.
+
+One RL step:
+  prompts (envs, by index) -> G completions each (rollout engine, + behaviour log-probs) -> rewards (envs)
+  -> shaping / dynamic sampling (algos.filters) -> reference log-probs and critic values (no grad)
+  -> advantages (algos) -> n_epochs x n_minibatches optimizer steps on the policy loss (+ value loss)
+  -> one JSON line of metrics, flushed.
+
+Files (run_dir = <out_dir>/<run name>/): config.yaml, meta.json, metrics.jsonl, eval.jsonl, samples.jsonl,
+checkpoints/last/ (safetensors weights, optimizer, RNG and loop state), done (written last).
+A run that finds its folder with a checkpoint and no ``done`` resumes from the checkpoint; rows logged after
+the checkpoint are dropped first, so no step appears twice and none is lost.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import platform
+import resource
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from collections import defaultdict
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+
+import torch
+import yaml
+
+import algos
+from algos import filters as F
+from algos import kl as KL
+from envs import make_task, task_spec
+from envs.tokenizer import BOS_ID, EOS_ID, PAD_ID, VOCAB_SIZE, build_char_tokenizer
+from experiments.config import ConfigError, TrainConfig, to_dict, to_yaml
+from rollout.engine import Generation, HFEngine, SamplingParams, repeat_prompts
+from rollout.models import ValueModel, build_policy, frozen_copy, n_params
+from rollout.scoring import score, score_values
+from rollout.sft import cached_warm_start, encode_prompts, sft_train
+
+SPECIAL = {"bos": BOS_ID, "eos": EOS_ID, "pad": PAD_ID}
+NONDETERMINISTIC_KEYS = ("time", "time/", "mem/")  # excluded when comparing two runs for determinism
+
+
+# ---------------------------------------------------------------------------------------------------------
+# small utilities
+
+
+def _seed_for(seed: int, step: int, stream: int) -> int:
+    # independent generator per (seed, step, purpose): a resumed run samples exactly what it would have
+    return (seed * 1_000_003 + step * 101 + stream) % (2**63 - 1)
+
+
+def _gen(seed: int, step: int, stream: int) -> torch.Generator:
+    return torch.Generator().manual_seed(_seed_for(seed, step, stream))
+
+
+def _git_commit() -> str:
+    try:
+        here = Path(__file__).resolve().parent.parent
+        out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=here, capture_output=True, text=True, timeout=5)
+        commit = out.stdout.strip() or "unknown"
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=here,
+                               capture_output=True, text=True, timeout=5).stdout.strip()
+        return commit + ("-dirty" if dirty else "")
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+
+
+def _versions() -> dict:
+    import numpy
+    import transformers
+    v = {"python": sys.version.split()[0], "torch": torch.__version__, "transformers": transformers.__version__,
+         "numpy": numpy.__version__, "platform": platform.platform()}
+    try:
+        import importlib.metadata as md
+        v["objbench"] = md.version("objbench")
+    except Exception:  # not installed (running from a checkout)
+        v["objbench"] = "checkout"
+    return v
+
+
+def peak_rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0  # Linux reports KiB
+
+
+def _masked_mean(x: torch.Tensor, mask: torch.Tensor) -> float:
+    n = mask.sum()
+    return float((x * mask).sum() / n) if n > 0 else float("nan")
+
+
+def _mean(xs) -> float:
+    xs = [x for x in xs if x is not None and not (isinstance(x, float) and math.isnan(x))]
+    return float(sum(xs) / len(xs)) if xs else float("nan")
+
+
+def _to_float(v):
+    return float(v.detach()) if torch.is_tensor(v) else float(v)
+
+
+class JsonlWriter:
+    """Append-only JSON-lines file, flushed per row; ``truncate_after(step)`` drops rows logged after a checkpoint."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        self.fh = open(path, "a")
+
+    def write(self, row: dict):
+        self.fh.write(json.dumps(row, allow_nan=True) + "\n")
+        self.fh.flush()
+
+    def close(self):
+        self.fh.close()
+
+    @staticmethod
+    def truncate_after(path: Path, step: int):
+        if not path.exists():
+            return
+        keep = []
+        for line in path.read_text().splitlines():
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError:
+                continue  # a line cut off by a crash
+            if row.get("step", 0) <= step:
+                keep.append(line)
+        tmp = path.with_suffix(path.suffix + ".tmp")
+        tmp.write_text("".join(l + "\n" for l in keep))
+        os.replace(tmp, path)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# setup
+
+
+@dataclass
+class Setup:
+    cfg: TrainConfig
+    task: object
+    tokenizer: object
+    policy: torch.nn.Module
+    reference: torch.nn.Module | None
+    critic: ValueModel | None
+    engine: HFEngine
+    sampling: SamplingParams
+    eval_sampling: SamplingParams
+    sft_info: dict = field(default_factory=dict)
+    timers: dict = field(default_factory=lambda: defaultdict(float))  # seconds per phase, cumulative
+
+
+@contextmanager
+def timed(s: "Setup", key: str):
+    t0 = time.perf_counter()
+    try:
+        yield
+    finally:
+        s.timers[key] += time.perf_counter() - t0
+
+
+def make_task_from(cfg: TrainConfig):
+    t = cfg.task
+    kwargs = dict(max_digits=t.max_digits, ops=tuple(t.ops), filler_max=t.filler_max,
+                  format_reward=t.format_reward, reverse_answer=t.reverse_answer)
+    if t.difficulty_weights:
+        kwargs["difficulty_weights"] = tuple(t.difficulty_weights)
+    try:
+        return make_task(t.name, **kwargs)
+    except ValueError as e:
+        raise ConfigError(f"task: {e}") from None
+
+
+def warm_start(cfg: TrainConfig, task, tokenizer, cache_dir=None):
+    """The cached SFT start for (task, model, sft settings, seed); identical for every arm of a seed."""
+    key = {"task": task_spec(task), "arch": cfg.model.arch, "attn": cfg.model.attn, "vocab": VOCAB_SIZE,
+           "sft": to_dict(cfg.sft), "seed": cfg.seed}
+    max_pos = max(64, task.max_prompt_len() + 1 + task.max_response_len() + 8)
+
+    def build():
+        return build_policy(cfg.model.arch, VOCAB_SIZE, seed=cfg.seed, max_positions=max_pos,
+                            attn_implementation=cfg.model.attn)
+
+    def train_fn(model):
+        sft_seed = cfg.seed + 7919  # SFT prompts come from their own stream, not the RL stream
+
+        def batch_fn(step, rng):
+            probs = task.prompts(sft_seed, step * cfg.sft.batch_size, cfg.sft.batch_size)
+            return [p.prompt for p in probs], [task.sft_target(p, rng) for p in probs]
+
+        losses = sft_train(model, tokenizer, batch_fn, steps=cfg.sft.steps, lr=cfg.sft.lr, seed=cfg.seed,
+                           special=SPECIAL)
+        return {"final_loss": losses[-1] if losses else None, "n_params": n_params(model)}
+
+    return cached_warm_start(key, build, train_fn, cache_dir=cache_dir)
+
+
+def build_setup(cfg: TrainConfig, cache_dir=None) -> Setup:
+    if cfg.train.threads:
+        torch.set_num_threads(cfg.train.threads)
+    task = make_task_from(cfg)
+    tokenizer = build_char_tokenizer()
+    policy, ckpt, sft_info = warm_start(cfg, task, tokenizer, cache_dir)
+    obj = cfg.objective
+    needs_ref = obj.kl.placement != "none" or cfg.log.ref_kl
+    reference = frozen_copy(policy) if needs_ref else None
+    critic = ValueModel(policy) if obj.adv.estimator == "gae" else None
+    max_new = cfg.rollout.max_new_tokens or task.max_response_len() + 2
+    if cfg.rollout.engine == "vllm":
+        from rollout.vllm_engine import VLLMEngine
+        engine = VLLMEngine(ckpt)
+    else:
+        engine = HFEngine(policy)
+    sampling = SamplingParams(max_new, cfg.rollout.temperature, cfg.rollout.top_p, EOS_ID, PAD_ID)
+    eval_sampling = SamplingParams(max_new, cfg.rollout.temperature, cfg.rollout.top_p, EOS_ID, PAD_ID)
+    return Setup(cfg, task, tokenizer, policy, reference, critic, engine, sampling, eval_sampling,
+                 {**sft_info, "checkpoint": str(ckpt)})
+
+
+# ---------------------------------------------------------------------------------------------------------
+# rollouts
+
+
+@dataclass
+class Batch:
+    """A training batch in the group layout: rows [g*G, (g+1)*G) share prompt g."""
+
+    prompt_ids: torch.Tensor      # (B, P) long, left padded
+    prompt_mask: torch.Tensor     # (B, P) bool
+    response_ids: torch.Tensor    # (B, T) long
+    response_mask: torch.Tensor   # (B, T) bool
+    old_logp: torch.Tensor        # (B, T) behaviour log-probs
+    truncated: torch.Tensor       # (B,) bool
+    rewards: torch.Tensor         # (B,) float32 (after shaping)
+    correct: torch.Tensor         # (B,) bool
+    difficulty: torch.Tensor      # (B,) long
+    texts: list
+    problems: list
+
+    @property
+    def size(self):
+        return self.response_ids.shape[0]
+
+    def select(self, rows: torch.Tensor) -> "Batch":
+        idx = rows.tolist()
+        return Batch(self.prompt_ids[rows], self.prompt_mask[rows], self.response_ids[rows],
+                     self.response_mask[rows], self.old_logp[rows], self.truncated[rows], self.rewards[rows],
+                     self.correct[rows], self.difficulty[rows], [self.texts[i] for i in idx],
+                     [self.problems[i] for i in idx])
+
+
+def _pad_to(x: torch.Tensor, width: int, value) -> torch.Tensor:
+    if x.shape[1] == width:
+        return x
+    pad = torch.full((x.shape[0], width - x.shape[1]), value, dtype=x.dtype)
+    return torch.cat([x, pad], 1)
+
+
+def _left_pad_to(x: torch.Tensor, width: int, value) -> torch.Tensor:
+    if x.shape[1] == width:
+        return x
+    pad = torch.full((x.shape[0], width - x.shape[1]), value, dtype=x.dtype)
+    return torch.cat([pad, x], 1)
+
+
+def concat_batches(parts: list[Batch]) -> Batch:
+    if len(parts) == 1:
+        return parts[0]
+    P = max(b.prompt_ids.shape[1] for b in parts)
+    T = max(b.response_ids.shape[1] for b in parts)
+    return Batch(
+        torch.cat([_left_pad_to(b.prompt_ids, P, PAD_ID) for b in parts]),
+        torch.cat([_left_pad_to(b.prompt_mask, P, False) for b in parts]),
+        torch.cat([_pad_to(b.response_ids, T, PAD_ID) for b in parts]),
+        torch.cat([_pad_to(b.response_mask, T, False) for b in parts]),
+        torch.cat([_pad_to(b.old_logp, T, 0.0) for b in parts]),
+        torch.cat([b.truncated for b in parts]), torch.cat([b.rewards for b in parts]),
+        torch.cat([b.correct for b in parts]), torch.cat([b.difficulty for b in parts]),
+        sum((b.texts for b in parts), []), sum((b.problems for b in parts), []))
+
+
+def rollout(s: Setup, problems: list, group_size: int, params: SamplingParams, generator) -> Batch:
+    """G completions for each problem, decoded and scored by the task's verifier."""
+    p_ids, p_mask = encode_prompts(s.tokenizer, [p.prompt for p in problems], BOS_ID, PAD_ID)
+    p_ids, p_mask = repeat_prompts(p_ids, p_mask, group_size)
+    with timed(s, "sample"):
+        gen: Generation = s.engine.generate(p_ids, p_mask, params, generator)
+    with timed(s, "reward"):
+        texts = s.tokenizer.batch_decode(gen.response_ids.masked_fill(~gen.response_mask, PAD_ID),
+                                         skip_special_tokens=True)
+        probs = [p for p in problems for _ in range(group_size)]
+        results = [s.task.reward(p, t, bool(tr)) for p, t, tr in zip(probs, texts, gen.truncated.tolist())]
+    return Batch(p_ids, p_mask, gen.response_ids, gen.response_mask, gen.logp, gen.truncated,
+                 torch.tensor([r.reward for r in results], dtype=torch.float32),
+                 torch.tensor([r.correct for r in results]),
+                 torch.tensor([p.difficulty for p in probs]), texts, probs)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# evaluation
+
+
+def evaluate(s: Setup, step: int) -> dict:
+    """Greedy accuracy per difficulty and pass@k (unbiased estimator) on the held-out set."""
+    from analysis.stats import pass_at_k
+
+    problems = s.task.eval_set()
+    if s.cfg.train.eval_size:
+        problems = problems[: s.cfg.train.eval_size]
+    greedy = SamplingParams(s.sampling.max_new_tokens, 0.0, 1.0, EOS_ID, PAD_ID)
+    g = rollout(s, problems, 1, greedy, None)
+    row = {"eval/acc": float(g.correct.float().mean()),
+           "eval/length": float(g.response_mask.sum(-1).float().mean())}
+    for d in s.task.difficulties:
+        sel = g.difficulty == d
+        if sel.any():
+            row[f"eval/acc_d{d}"] = float(g.correct[sel].float().mean())
+    k = s.cfg.train.eval_samples
+    smp = rollout(s, problems, k, s.eval_sampling, _gen(s.cfg.seed, step, 2))
+    c = smp.correct.view(len(problems), k).sum(-1).tolist()
+    for kk in sorted({1, k}):
+        row[f"eval/pass@{kk}"] = _mean([pass_at_k(k, ci, kk) for ci in c])
+    return row
+
+
+# ---------------------------------------------------------------------------------------------------------
+# one RL step
+
+
+def collect(s: Setup, step: int, state: dict) -> tuple[Batch, Batch, dict]:
+    """Sample until the training batch is full. Returns (training batch, everything sampled, metrics)."""
+    cfg, obj = s.cfg, s.cfg.objective
+    G, n_prompts = obj.group_size, cfg.prompts_per_step
+    filt = obj.filters
+    kept: list[Batch] = []
+    everything: list[Batch] = []
+    n_kept, rounds = 0, 0
+    while True:
+        problems = s.task.prompts(cfg.effective_data_seed, state["prompt_index"], n_prompts)
+        state["prompt_index"] += n_prompts
+        b = rollout(s, problems, G, s.sampling, _gen(cfg.seed, step, 10 + rounds))
+        rounds += 1
+        if filt.overlong_penalty:
+            lengths = b.response_mask.sum(-1)
+            b.rewards = b.rewards + F.overlong_penalty(lengths, s.sampling.max_new_tokens,
+                                                       filt.overlong_cache, filt.overlong_factor).float()
+        everything.append(b)
+        if filt.dynamic_sampling:
+            keep_groups = F.dynamic_sampling_keep(b.rewards, G)
+            rows = keep_groups.repeat_interleave(G).nonzero().squeeze(-1)
+            if len(rows):
+                kept.append(b.select(rows))
+                n_kept += len(rows) // G
+        else:
+            kept.append(b)
+            n_kept += n_prompts
+        if n_kept >= n_prompts or not filt.dynamic_sampling or rounds >= filt.max_rounds:
+            break
+    allb = concat_batches(everything)
+    m = {"rollout/rounds": rounds, "rollout/groups_kept": n_kept}
+    if not kept:
+        return None, allb, m
+    train_b = concat_batches(kept)
+    if train_b.size > n_prompts * G:  # dynamic sampling overshot: keep the first n_prompts groups
+        train_b = train_b.select(torch.arange(n_prompts * G))
+    return train_b, allb, m
+
+
+def rollout_metrics(b: Batch, task) -> dict:
+    lengths = b.response_mask.sum(-1).float()
+    c = b.correct
+    m = {"reward/mean": float(b.rewards.mean()), "reward/acc": float(c.float().mean()),
+         "length/mean": float(lengths.mean()),
+         "length/correct": float(lengths[c].mean()) if c.any() else float("nan"),
+         "length/incorrect": float(lengths[~c].mean()) if (~c).any() else float("nan"),
+         "rollout/trunc_frac": float(b.truncated.float().mean()),
+         "rollout/completions": b.size, "rollout/tokens": int(lengths.sum())}
+    for d in task.difficulties:
+        sel = b.difficulty == d
+        if sel.any():
+            m[f"reward/acc_d{d}"] = float(c[sel].float().mean())
+    return m
+
+
+def update(s: Setup, b: Batch, opt, critic_opt, step: int) -> dict:
+    """Advantages, then n_epochs x n_minibatches optimizer steps. Returns metrics."""
+    obj = s.cfg.objective
+    mask = b.response_mask
+    if obj.filters.overlong_filter:
+        mask = F.overlong_filter(mask, b.truncated)
+    max_len = obj.loss.max_len or s.sampling.max_new_tokens
+    m: dict = {}
+    with torch.no_grad():
+        ref = None
+        if s.reference is not None:
+            with timed(s, "reference"):
+                ref = score(s.reference, b.prompt_ids, b.prompt_mask, b.response_ids, b.response_mask,
+                            temperature=s.cfg.rollout.temperature, with_entropy=False, with_logits=True)
+        values = None
+        if s.critic is not None:
+            with timed(s, "critic"):
+                values = score_values(s.critic, b.prompt_ids, b.prompt_mask, b.response_ids, b.response_mask)
+        with timed(s, "advantages"):
+            kl_ref = ref.logp if (ref is not None and obj.kl.placement == "reward") else None
+            adv, returns, am = algos.compute_advantages(obj, rewards=b.rewards, mask=mask, values=values,
+                                                        old_logp=b.old_logp, ref_logp=kl_ref, max_len=max_len)
+    m.update({k: _to_float(v) for k, v in am.items()})
+    if values is not None and returns is not None:
+        var_r = torch.var(returns[mask])
+        m["value/explained_var"] = float(1 - torch.var((returns - values)[mask]) / var_r) if var_r > 0 else float("nan")
+
+    B = b.size
+    mb = B // obj.n_minibatches
+    sums = defaultdict(list)
+    kl_parts = defaultdict(list)
+    gen = _gen(s.cfg.seed, step, 1)
+    for epoch in range(obj.n_epochs):
+        perm = torch.randperm(B, generator=gen) if obj.n_minibatches > 1 else torch.arange(B)
+        for j in range(obj.n_minibatches):
+            rows = perm[j * mb:(j + 1) * mb]
+            mk = mask[rows]
+            first_pass = epoch == 0
+            want_logits = first_pass and ref is not None
+            with timed(s, "forward"):
+                sc = score(s.policy, b.prompt_ids[rows], b.prompt_mask[rows], b.response_ids[rows],
+                           b.response_mask[rows], temperature=s.cfg.rollout.temperature, with_logits=want_logits)
+            with timed(s, "loss"):
+                loss, lm = algos.compute_loss(
+                    obj, logp=sc.logp, old_logp=b.old_logp[rows], advantages=adv[rows], mask=mk,
+                    ref_logp=ref.logp[rows] if (ref is not None and obj.kl.placement == "loss") else None,
+                    entropy=sc.entropy, max_len=max_len)
+            with timed(s, "backward"):
+                opt.zero_grad(set_to_none=True)
+                loss.backward()
+            with timed(s, "optimizer"):
+                gn = torch.nn.utils.clip_grad_norm_(s.policy.parameters(),
+                                                    s.cfg.optim.grad_clip or float("inf"))
+                opt.step()
+            sums["optim/grad_norm"].append(float(gn))
+            for k, v in lm.items():
+                sums[k].append(_to_float(v))
+            if critic_opt is not None:
+                with timed(s, "critic"):
+                    v_new = score_values(s.critic, b.prompt_ids[rows], b.prompt_mask[rows], b.response_ids[rows],
+                                         b.response_mask[rows])
+                    vloss, vm = algos.compute_value_loss(obj, values=v_new, old_values=values[rows],
+                                                         returns=returns[rows], mask=mk, max_len=max_len)
+                    critic_opt.zero_grad(set_to_none=True)
+                    (obj.value.coef * vloss).backward()
+                    torch.nn.utils.clip_grad_norm_(s.critic.parameters(), s.cfg.optim.grad_clip or float("inf"))
+                    critic_opt.step()
+                    sums["value/loss"].append(float(vloss))
+                    for k, v in vm.items():
+                        sums[k].append(_to_float(v))
+            if first_pass:
+                with torch.no_grad(), timed(s, "metrics"):
+                    rm = b.response_mask[rows]
+                    sums["policy/entropy"].append(_masked_mean(sc.entropy, rm))
+                    if want_logits:
+                        lp = sc.logp.detach()
+                        kl_parts["kl/exact"].append((KL.exact_kl(sc.logits.detach(), ref.logits[rows]), rm))
+                        kl_parts["kl/exact_fwd"].append(
+                            (KL.exact_kl(sc.logits.detach(), ref.logits[rows], direction="forward"), rm))
+                        for kind in ("k1", "k2", "k3"):
+                            kl_parts[f"kl/{kind}"].append((KL.estimate(lp, ref.logp[rows], kind), rm))
+    for k, v in sums.items():
+        m[k] = _mean(v)
+    for k, parts in kl_parts.items():
+        num = sum(float((x * r).sum()) for x, r in parts)
+        den = sum(float(r.sum()) for _, r in parts)
+        m[k] = num / den if den else float("nan")
+    m["optim/steps"] = len(sums["optim/grad_norm"])
+    return m
+
+
+# ---------------------------------------------------------------------------------------------------------
+# checkpoints
+
+
+def save_checkpoint(run_dir: Path, s: Setup, opt, critic_opt, state: dict):
+    tmp = run_dir / "checkpoints" / "tmp"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    s.policy.save_pretrained(tmp / "policy")  # safetensors
+    torch.save(opt.state_dict(), tmp / "optimizer.pt")
+    if s.critic is not None:
+        from safetensors.torch import save_file
+        save_file({k: v.contiguous() for k, v in s.critic.state_dict().items()}, tmp / "critic.safetensors")
+        torch.save(critic_opt.state_dict(), tmp / "critic_optimizer.pt")
+    torch.save({"torch": torch.get_rng_state()}, tmp / "rng.pt")
+    (tmp / "state.json").write_text(json.dumps(state))
+    last = run_dir / "checkpoints" / "last"
+    old = run_dir / "checkpoints" / "old"
+    shutil.rmtree(old, ignore_errors=True)
+    if last.exists():
+        os.replace(last, old)
+    os.replace(tmp, last)  # the checkpoint becomes visible only when complete
+    shutil.rmtree(old, ignore_errors=True)
+
+
+def load_checkpoint(run_dir: Path, s: Setup, opt, critic_opt) -> dict | None:
+    last = run_dir / "checkpoints" / "last"
+    if not (last / "state.json").is_file():
+        return None
+    from safetensors.torch import load_file
+    pol = type(s.policy).from_pretrained(last / "policy")
+    s.policy.load_state_dict(pol.state_dict())
+    opt.load_state_dict(torch.load(last / "optimizer.pt", weights_only=True))
+    if s.critic is not None:
+        s.critic.load_state_dict(load_file(last / "critic.safetensors"))
+        critic_opt.load_state_dict(torch.load(last / "critic_optimizer.pt", weights_only=True))
+    torch.set_rng_state(torch.load(last / "rng.pt", weights_only=True)["torch"])
+    return json.loads((last / "state.json").read_text())
+
+
+# ---------------------------------------------------------------------------------------------------------
+# the run
+
+
+def prepare_run_dir(cfg: TrainConfig) -> tuple[Path, str]:
+    """Create or reopen the run folder. Returns (run_dir, status) with status in new|resume|done.
+
+    A folder that holds a different resolved config is never overwritten: that is an error.
+    """
+    run_dir = Path(cfg.out_dir) / cfg.run_name
+    cfg_yaml = to_yaml(cfg)
+    if (run_dir / "config.yaml").is_file():
+        old = yaml.safe_load((run_dir / "config.yaml").read_text())
+        if old != to_dict(cfg):
+            diff = sorted(_diff_keys(old, to_dict(cfg)))
+            raise ConfigError(
+                f"{run_dir} already holds a run with a different config (differs in: {', '.join(diff[:8])}); "
+                "choose another name= or out_dir=, or delete that folder yourself")
+        if (run_dir / "done").exists():
+            return run_dir, "done"
+        return run_dir, "resume"
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / "config.yaml").write_text(cfg_yaml)
+    return run_dir, "new"
+
+
+def _diff_keys(a, b, prefix=""):
+    if isinstance(a, dict) and isinstance(b, dict):
+        for k in set(a) | set(b):
+            yield from _diff_keys(a.get(k), b.get(k), f"{prefix}{k}.")
+    elif a != b:
+        yield prefix.rstrip(".")
+
+
+def _make_optimizers(s: Setup):
+    o = s.cfg.optim
+    opt = torch.optim.AdamW(s.policy.parameters(), lr=o.lr, betas=(o.beta1, o.beta2),
+                            weight_decay=o.weight_decay, eps=1e-8)
+    critic_opt = None
+    if s.critic is not None:
+        critic_opt = torch.optim.AdamW(s.critic.parameters(), lr=o.lr * s.cfg.objective.value.lr_scale,
+                                       betas=(o.beta1, o.beta2), weight_decay=o.weight_decay, eps=1e-8)
+    return opt, critic_opt
+
+
+def train(cfg: TrainConfig, *, progress: bool = True, cache_dir=None, meta_extra: dict | None = None) -> Path:
+    """Run (or resume, or skip if finished) one training run; returns its folder."""
+    run_dir, status = prepare_run_dir(cfg)
+    if status == "done":
+        if progress:
+            print(f"{run_dir}: already finished (delete its 'done' file to rerun)")
+        return run_dir
+    s = build_setup(cfg, cache_dir)
+    s.policy.train()
+    opt, critic_opt = _make_optimizers(s)
+    state = load_checkpoint(run_dir, s, opt, critic_opt) if status == "resume" else None
+    if state is None:
+        state = {"step": 0, "prompt_index": 0, "tokens": 0, "elapsed": 0.0}
+        for name in ("metrics.jsonl", "eval.jsonl", "samples.jsonl"):
+            (run_dir / name).unlink(missing_ok=True)
+    else:
+        for name in ("metrics.jsonl", "eval.jsonl", "samples.jsonl"):
+            JsonlWriter.truncate_after(run_dir / name, state["step"])
+    meta = {"run": cfg.run_name, "seed": cfg.seed, "data_seed": cfg.effective_data_seed,
+            "objective": cfg.objective.name, "commit": _git_commit(), "versions": _versions(),
+            "host": socket.gethostname(), "threads": torch.get_num_threads(),
+            "start": datetime.now(timezone.utc).isoformat(timespec="seconds"), "end": None,
+            "resumed_from_step": state["step"] or None, "sft": s.sft_info,
+            "n_params": n_params(s.policy), "argv": sys.argv, **(meta_extra or {})}
+    (run_dir / "meta.json").write_text(json.dumps(meta, indent=1, default=str))
+
+    metrics_w = JsonlWriter(run_dir / "metrics.jsonl")
+    eval_w = JsonlWriter(run_dir / "eval.jsonl")
+    samples_w = JsonlWriter(run_dir / "samples.jsonl")
+    wb = _wandb_init(cfg, run_dir, meta) if cfg.log.wandb else None
+    crash_at = int(os.environ.get("OBJBENCH_CRASH_AT_STEP", "0"))  # test hook: hard crash after this step
+    steps = cfg.train.steps
+    bar = None
+    if progress:
+        from tqdm.auto import tqdm
+        bar = tqdm(total=steps, initial=state["step"], desc=cfg.run_name, unit="step", dynamic_ncols=True)
+    try:
+        if state["step"] == 0:
+            row = {"step": 0, "tokens": 0, **evaluate(s, 0)}
+            eval_w.write(row)
+        while state["step"] < steps:
+            step = state["step"] + 1
+            phases_before = dict(s.timers)
+            t0 = time.perf_counter()
+            train_b, all_b, cm = collect(s, step, state)
+            t1 = time.perf_counter()
+            m = {**rollout_metrics(all_b, s.task), **cm}
+            if train_b is not None:
+                m.update(update(s, train_b, opt, critic_opt, step))
+            t2 = time.perf_counter()
+            state["tokens"] += m["rollout/tokens"]
+            state["elapsed"] += t2 - t0
+            state["step"] = step
+            row = {"step": step, "tokens": state["tokens"], "time": round(state["elapsed"], 4), **m,
+                   "time/rollout": t1 - t0, "time/update": t2 - t1, "time/step": t2 - t0,
+                   "mem/peak_rss_mb": peak_rss_mb()}
+            row.update({f"time/{k}": v - phases_before.get(k, 0.0) for k, v in s.timers.items()})
+            metrics_w.write(row)
+            for i in range(min(cfg.train.log_samples, all_b.size)):
+                samples_w.write({"step": step, "prompt": all_b.problems[i].prompt, "response": all_b.texts[i],
+                                 "reward": float(all_b.rewards[i]), "correct": bool(all_b.correct[i])})
+            if step % cfg.train.eval_every == 0 or step == steps:
+                erow = {"step": step, "tokens": state["tokens"], **evaluate(s, step)}
+                eval_w.write(erow)
+                row.update(erow)
+            if wb is not None:
+                wb.log(row, step=step)
+            if (cfg.train.checkpoint_every and step % cfg.train.checkpoint_every == 0) or step == steps:
+                save_checkpoint(run_dir, s, opt, critic_opt, state)
+            if bar is not None:
+                bar.update(1)
+                bar.set_postfix(acc=f"{m['reward/acc']:.2f}", len=f"{m['length/mean']:.1f}")
+            if crash_at and step == crash_at:
+                os._exit(3)
+    finally:
+        for w in (metrics_w, eval_w, samples_w):
+            w.close()
+        if bar is not None:
+            bar.close()
+        if wb is not None:
+            wb.finish()
+    meta["end"] = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    meta["peak_rss_mb"] = peak_rss_mb()
+    (run_dir / "meta.json").write_text(json.dumps(meta, indent=1, default=str))
+    (run_dir / "done").write_text("")
+    return run_dir
+
+
+def _wandb_init(cfg: TrainConfig, run_dir: Path, meta: dict):
+    try:
+        import wandb
+    except ImportError:
+        raise ConfigError("log.wandb=true needs wandb: pip install 'objbench[wandb]'") from None
+    mode = "online" if os.environ.get("WANDB_API_KEY") else "offline"
+    return wandb.init(project=cfg.log.wandb_project, name=cfg.run_name, dir=str(run_dir), mode=mode,
+                      config=to_dict(cfg), group=meta.get("sweep") or None,
+                      tags=[t for t in (meta.get("arm"), f"seed{cfg.seed}") if t], reinit=True)

@@ -1,0 +1,146 @@
+"""Rollout engines: sample completions and their behaviour log-probs.
+
+An engine takes left-padded prompts (already repeated G times by the caller, so group i occupies rows
+[i*G, (i+1)*G)) and returns one ``Generation``. The training loop only sees this interface, so a vLLM
+engine (rollout/vllm_engine.py) drops in for GPU runs without touching the loop.
+
+Behaviour log-probs are log-softmax(logits / temperature) of the sampled token, *before* top-p truncation
+(the convention of verl and TRL: the ratio compares the policy at the sampling temperature, and the top-p
+renormalisation is ignored). With temperature 1 and top_p 1 they equal the teacher-forced log-probs of
+the same weights (tests/test_rollout.py checks this).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+import torch
+
+from rollout.models import cache_kwarg, output_cache
+
+
+@dataclass
+class SamplingParams:
+    max_new_tokens: int
+    temperature: float = 1.0  # 0 means greedy
+    top_p: float = 1.0
+    eos_id: int = 2
+    pad_id: int = 0
+
+    def __post_init__(self):
+        if self.max_new_tokens < 1:
+            raise ValueError(f"max_new_tokens must be >= 1, got {self.max_new_tokens}")
+        if self.temperature < 0:
+            raise ValueError(f"temperature must be >= 0, got {self.temperature}")
+        if not 0 < self.top_p <= 1:
+            raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
+
+
+@dataclass
+class Generation:
+    response_ids: torch.Tensor   # (B, T) long, pad after EOS; EOS itself is part of the response
+    response_mask: torch.Tensor  # (B, T) bool, True on generated tokens up to and including EOS
+    logp: torch.Tensor           # (B, T) float32, behaviour log-probs (0 under the mask)
+    truncated: torch.Tensor      # (B,) bool, True when max_new_tokens ran out before EOS
+
+    @property
+    def lengths(self) -> torch.Tensor:
+        return self.response_mask.sum(-1)
+
+
+class RolloutEngine(Protocol):
+    def generate(self, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, params: SamplingParams,
+                 generator: torch.Generator | None = None) -> Generation: ...
+
+    def sync_weights(self, policy: torch.nn.Module) -> None:
+        """Make the engine sample from the policy's current weights (no-op when it shares the module)."""
+
+
+def _sample(logits: torch.Tensor, params: SamplingParams, generator) -> tuple[torch.Tensor, torch.Tensor]:
+    """Pick one token per row of ``logits`` (B, V); return (token (B,), behaviour log-prob (B,))."""
+    if params.temperature == 0:
+        tok = logits.argmax(-1)
+        return tok, torch.log_softmax(logits.float(), -1).gather(-1, tok[:, None]).squeeze(-1)
+    logp_all = torch.log_softmax(logits.float() / params.temperature, -1)  # (B, V)
+    probs = logp_all.exp()
+    if params.top_p < 1.0:
+        sorted_p, idx = probs.sort(-1, descending=True)
+        # keep the smallest prefix whose mass reaches top_p (the first token is always kept)
+        drop = sorted_p.cumsum(-1) - sorted_p >= params.top_p
+        sorted_p = sorted_p.masked_fill(drop, 0.0)
+        probs = torch.zeros_like(probs).scatter(-1, idx, sorted_p)
+    tok = torch.multinomial(probs, 1, generator=generator).squeeze(-1)
+    return tok, logp_all.gather(-1, tok[:, None]).squeeze(-1)
+
+
+class HFEngine:
+    """Sampling loop over a transformers causal LM with its KV cache; stops when every row hit EOS.
+
+    ``use_cache=False`` recomputes the full prefix each step (slow; used to test the cached path).
+    """
+
+    def __init__(self, model: torch.nn.Module, use_cache: bool = True):
+        self.model = model
+        self.use_cache = use_cache
+
+    def sync_weights(self, policy: torch.nn.Module) -> None:
+        self.model = policy  # shares the module: nothing to copy
+
+    @torch.inference_mode()
+    def generate(self, prompt_ids, prompt_mask, params: SamplingParams, generator=None) -> Generation:
+        if prompt_ids.shape != prompt_mask.shape or prompt_mask.dtype != torch.bool:
+            raise ValueError("prompt_mask must be a bool tensor with prompt_ids' shape")
+        model = self.model
+        was_training = model.training
+        model.eval()
+        B = prompt_ids.shape[0]
+        T = params.max_new_tokens
+        out_ids = torch.full((B, T), params.pad_id, dtype=torch.long)
+        out_logp = torch.zeros(B, T, dtype=torch.float32)
+        out_mask = torch.zeros(B, T, dtype=torch.bool)
+        done = torch.zeros(B, dtype=torch.bool)
+        attn = prompt_mask.long()
+        pos = (attn.cumsum(-1) - 1).clamp(min=0)  # left padding: positions count real tokens only
+        ids = prompt_ids
+        cache = None
+        ckw = cache_kwarg(model)
+        n_steps = 0
+        for t in range(T):
+            if self.use_cache:
+                kwargs = {ckw: cache} if cache is not None else {}
+                out = model(input_ids=ids, attention_mask=attn, position_ids=pos, use_cache=True,
+                            logits_to_keep=1, **kwargs)
+                cache = output_cache(out)
+            else:
+                out = model(input_ids=ids, attention_mask=attn, position_ids=pos, use_cache=False,
+                            logits_to_keep=1)
+            tok, lp = _sample(out.logits[:, -1], params, generator)
+            live = ~done
+            out_ids[:, t] = torch.where(live, tok, params.pad_id)
+            out_logp[:, t] = torch.where(live, lp, 0.0)
+            out_mask[:, t] = live
+            done = done | (tok == params.eos_id)
+            n_steps = t + 1
+            if bool(done.all()):
+                break
+            step_tok = torch.where(done, params.pad_id, tok)
+            # finished rows keep attending to their own prefix; their extra tokens are masked out
+            attn = torch.cat([attn, live.long()[:, None]], dim=1)
+            next_pos = pos[:, -1:] + 1
+            if self.use_cache:
+                ids, pos = step_tok[:, None], next_pos
+            else:
+                ids = torch.cat([ids, step_tok[:, None]], dim=1)
+                pos = torch.cat([pos, next_pos], dim=1)
+        if was_training:
+            model.train()
+        truncated = ~done
+        # trim the unused tail so downstream tensors stay small
+        return Generation(out_ids[:, :n_steps].clone(), out_mask[:, :n_steps].clone(),
+                          out_logp[:, :n_steps].clone(), truncated)
+
+
+def repeat_prompts(prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, group_size: int):
+    """Rows [i*G, (i+1)*G) are G copies of prompt i (the group layout algos/ expects)."""
+    return prompt_ids.repeat_interleave(group_size, 0), prompt_mask.repeat_interleave(group_size, 0)

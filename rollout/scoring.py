@@ -1,0 +1,52 @@
+"""Teacher-forced scoring: per-token log-probs, entropies and (optionally) full-vocabulary logits of the
+response tokens given the prompt, in one batched forward pass.
+
+Layout: the model reads [prompt (left-padded, P) | response (right-padded, T)]. The logit at position
+P-1+t predicts response token t, so only the last T+1 positions go through the LM head.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from algos.entropy import token_entropy
+
+
+@dataclass
+class Scored:
+    logp: torch.Tensor            # (B, T) log-prob of each response token at the given temperature
+    entropy: torch.Tensor | None  # (B, T) entropy of the next-token distribution
+    logits: torch.Tensor | None   # (B, T, V) temperature-scaled logits, when asked for
+
+
+def full_inputs(prompt_ids, prompt_mask, response_ids, response_mask):
+    """Concatenate prompt and response; positions count real tokens only (left padding)."""
+    ids = torch.cat([prompt_ids, response_ids], dim=1)                 # (B, P+T)
+    attn = torch.cat([prompt_mask, response_mask], dim=1).long()       # (B, P+T)
+    pos = (attn.cumsum(-1) - 1).clamp(min=0)
+    return ids, attn, pos
+
+
+def score(model, prompt_ids, prompt_mask, response_ids, response_mask, *, temperature: float = 1.0,
+          with_entropy: bool = True, with_logits: bool = False) -> Scored:
+    """Teacher-forced pass; differentiable when called with grad enabled."""
+    T = response_ids.shape[1]
+    ids, attn, pos = full_inputs(prompt_ids, prompt_mask, response_ids, response_mask)
+    out = model(input_ids=ids, attention_mask=attn, position_ids=pos, use_cache=False, logits_to_keep=T + 1)
+    logits = out.logits[:, :-1].float()                                 # (B, T, V)
+    if temperature not in (0.0, 1.0):
+        logits = logits / temperature
+    logp_all = torch.log_softmax(logits, -1)
+    logp = logp_all.gather(-1, response_ids[..., None]).squeeze(-1)    # (B, T)
+    ent = token_entropy(logits) if with_entropy else None
+    return Scored(logp=logp, entropy=ent, logits=logits if with_logits else None)
+
+
+def score_values(critic, prompt_ids, prompt_mask, response_ids, response_mask) -> torch.Tensor:
+    """Critic values V(s_t) for the state before each response token t: (B, T)."""
+    T = response_ids.shape[1]
+    ids, attn, pos = full_inputs(prompt_ids, prompt_mask, response_ids, response_mask)
+    v = critic(ids, attn, pos)                                          # (B, P+T)
+    return v[:, -T - 1:-1]

@@ -1,0 +1,116 @@
+"""Supervised warm start ("cold start") with a content-addressed cache.
+
+RL starts from a policy with intermediate accuracy: a short SFT on the task's reference answers. Its
+checkpoint is cached under a hash of everything that determines it (task settings, model, SFT settings,
+seed, tokenizer vocabulary, this file's format version), so every arm of a comparison with the same seed
+starts from byte-identical weights, and a sweep trains each start once. Weights are safetensors
+(``save_pretrained``); concurrent workers asking for the same start wait on a file lock.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import json
+import os
+import random
+import shutil
+import time
+from pathlib import Path
+from typing import Callable
+
+import torch
+from transformers import AutoModelForCausalLM
+
+SFT_FORMAT = 1  # bump when the SFT procedure changes, so stale caches are not reused
+
+
+def default_cache_dir() -> Path:
+    return Path(os.environ.get("OBJBENCH_CACHE", Path.home() / ".cache" / "objbench"))
+
+
+def encode_prompts(tokenizer, texts: list[str], bos_id: int, pad_id: int):
+    """Left-padded ``<bos> + text`` ids and a bool mask, (B, P)."""
+    seqs = [[bos_id] + tokenizer.encode(t, add_special_tokens=False) for t in texts]
+    P = max(len(s) for s in seqs)
+    ids = torch.full((len(seqs), P), pad_id, dtype=torch.long)
+    mask = torch.zeros(len(seqs), P, dtype=torch.bool)
+    for i, s in enumerate(seqs):
+        ids[i, P - len(s):] = torch.tensor(s)
+        mask[i, P - len(s):] = True
+    return ids, mask
+
+
+def encode_targets(tokenizer, texts: list[str], eos_id: int, pad_id: int):
+    """Right-padded ``text + <eos>`` ids and a bool mask, (B, T)."""
+    seqs = [tokenizer.encode(t, add_special_tokens=False) + [eos_id] for t in texts]
+    T = max(len(s) for s in seqs)
+    ids = torch.full((len(seqs), T), pad_id, dtype=torch.long)
+    mask = torch.zeros(len(seqs), T, dtype=torch.bool)
+    for i, s in enumerate(seqs):
+        ids[i, :len(s)] = torch.tensor(s)
+        mask[i, :len(s)] = True
+    return ids, mask
+
+
+def sft_train(policy, tokenizer, batch_fn: Callable[[int, random.Random], tuple[list[str], list[str]]], *,
+              steps: int, lr: float, seed: int, special: dict, log_every: int = 0) -> list[float]:
+    """Train ``policy`` in place with teacher forcing; loss on the answer tokens and EOS only.
+
+    ``batch_fn(step, rng)`` returns (prompt texts, target texts). Returns the loss curve.
+    """
+    from rollout.scoring import score  # local import keeps module import light
+
+    opt = torch.optim.AdamW(policy.parameters(), lr=lr)
+    rng = random.Random(seed)
+    losses = []
+    policy.train()
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        for step in range(steps):
+            prompts, targets = batch_fn(step, rng)
+            p_ids, p_mask = encode_prompts(tokenizer, prompts, special["bos"], special["pad"])
+            t_ids, t_mask = encode_targets(tokenizer, targets, special["eos"], special["pad"])
+            sc = score(policy, p_ids, p_mask, t_ids, t_mask, with_entropy=False)
+            loss = -(sc.logp * t_mask).sum() / t_mask.sum()
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+            losses.append(float(loss))
+            if log_every and (step + 1) % log_every == 0:
+                print(f"sft step {step + 1}/{steps} loss {losses[-1]:.4f}", flush=True)
+    policy.eval()
+    return losses
+
+
+def cached_warm_start(key: dict, build: Callable[[], torch.nn.Module], train: Callable[[torch.nn.Module], dict],
+                      cache_dir: Path | None = None) -> tuple[torch.nn.Module, Path, dict]:
+    """Return (policy, checkpoint dir, info) for ``key``, training it once if no cached copy exists."""
+    cache_dir = Path(cache_dir or default_cache_dir()) / "sft"
+    blob = json.dumps({**key, "format": SFT_FORMAT}, sort_keys=True, default=str).encode()
+    digest = hashlib.sha256(blob).hexdigest()[:16]
+    ckpt = cache_dir / digest
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    with open(cache_dir / f"{digest}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # another worker may be training the same start
+        if not (ckpt / "sft.json").is_file():
+            t0 = time.time()
+            model = build()
+            info = train(model)
+            info = {**info, "key": key, "seconds": round(time.time() - t0, 2)}
+            tmp = cache_dir / f"{digest}.tmp{os.getpid()}"
+            shutil.rmtree(tmp, ignore_errors=True)
+            model.save_pretrained(tmp)  # safetensors
+            (tmp / "sft.json").write_text(json.dumps(info, indent=1, default=str))
+            shutil.rmtree(ckpt, ignore_errors=True)
+            os.replace(tmp, ckpt)  # atomic: a half-written start is never visible
+    info = json.loads((ckpt / "sft.json").read_text())
+    model = load_policy(ckpt)
+    return model, ckpt, info
+
+
+def load_policy(path: Path, attn_implementation: str | None = None):
+    kw = {"attn_implementation": attn_implementation} if attn_implementation else {}
+    model = AutoModelForCausalLM.from_pretrained(path, **kw)
+    model.eval()
+    return model

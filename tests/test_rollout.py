@@ -1,0 +1,141 @@
+"""Rollout layer: sampling loop, teacher-forced scoring, critic, warm-start cache."""
+
+import torch
+
+from envs.tokenizer import BOS_ID, EOS_ID, PAD_ID, VOCAB_SIZE, build_char_tokenizer
+from rollout.engine import HFEngine, SamplingParams, repeat_prompts
+from rollout.models import ValueModel, build_policy, n_params
+from rollout.scoring import score, score_values
+from rollout.sft import cached_warm_start, encode_prompts
+
+
+def _prompts(texts=("12+34=", "7+8=", "123+456=")):
+    return encode_prompts(build_char_tokenizer(), list(texts), BOS_ID, PAD_ID)
+
+
+def _policy(seed=0):
+    return build_policy("tiny", VOCAB_SIZE, seed=seed)
+
+
+def test_tiny_and_small_sizes():
+    assert 0.1e6 < n_params(_policy()) < 0.2e6
+    assert 0.9e6 < n_params(build_policy("small", VOCAB_SIZE, seed=0)) < 1.2e6
+
+
+def test_same_seed_same_weights_different_seed_different():
+    a, b, c = _policy(0), _policy(0), _policy(1)
+    pa, pb, pc = (torch.cat([p.flatten() for p in m.parameters()]) for m in (a, b, c))
+    assert torch.equal(pa, pb) and not torch.equal(pa, pc)
+
+
+def test_prompts_are_left_padded_with_bos():
+    ids, mask = _prompts()
+    assert ids.shape == mask.shape == (3, 9)  # <bos> + 8 characters of the longest prompt
+    assert mask[:, -1].all() and not mask[1, 0]
+    for i in range(3):
+        assert ids[i][mask[i]][0] == BOS_ID
+        assert (ids[i][~mask[i]] == PAD_ID).all()
+
+
+def test_rollout_logp_equals_teacher_forced_logp():
+    # same weights, temperature 1: the sampler's behaviour log-probs are the policy's log-probs
+    model = _policy()
+    ids, mask = repeat_prompts(*_prompts(), 4)
+    gen = HFEngine(model).generate(ids, mask, SamplingParams(max_new_tokens=10),
+                                   torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        sc = score(model, ids, mask, gen.response_ids, gen.response_mask)
+    m = gen.response_mask
+    assert torch.allclose(sc.logp[m], gen.logp[m], atol=1e-5)
+    assert (gen.logp[~m] == 0).all()
+
+
+def test_kv_cache_generation_equals_no_cache_generation():
+    model = _policy(3)
+    ids, mask = repeat_prompts(*_prompts(), 3)
+    p = SamplingParams(max_new_tokens=9)
+    a = HFEngine(model, use_cache=True).generate(ids, mask, p, torch.Generator().manual_seed(5))
+    b = HFEngine(model, use_cache=False).generate(ids, mask, p, torch.Generator().manual_seed(5))
+    assert torch.equal(a.response_ids, b.response_ids)
+    assert torch.equal(a.response_mask, b.response_mask)
+    assert torch.allclose(a.logp, b.logp, atol=1e-5)
+    g1 = HFEngine(model).generate(ids, mask, SamplingParams(9, temperature=0.0))
+    g2 = HFEngine(model, use_cache=False).generate(ids, mask, SamplingParams(9, temperature=0.0))
+    assert torch.equal(g1.response_ids, g2.response_ids)
+
+
+def test_generation_stops_at_eos_and_flags_truncation():
+    model = _policy(1)
+    ids, mask = repeat_prompts(*_prompts(), 8)
+    gen = HFEngine(model).generate(ids, mask, SamplingParams(max_new_tokens=6),
+                                   torch.Generator().manual_seed(0))
+    # a random 25-token policy emits EOS with p ~ 1/25 per token: both outcomes occur among 24 rows
+    assert gen.truncated.any() and (~gen.truncated).any()
+    L = gen.response_mask.sum(-1)
+    for i in range(len(L)):
+        row = gen.response_ids[i]
+        if gen.truncated[i]:
+            assert L[i] == 6
+            assert EOS_ID not in row[: L[i]].tolist()
+        else:
+            assert row[L[i] - 1] == EOS_ID  # EOS is the last valid token
+            assert (row[L[i]:] == PAD_ID).all()
+        # the mask is a prefix
+        assert gen.response_mask[i, : L[i]].all() and not gen.response_mask[i, L[i]:].any()
+
+
+def test_sampling_is_seeded():
+    model = _policy(2)
+    ids, mask = repeat_prompts(*_prompts(), 2)
+    p = SamplingParams(8)
+    a = HFEngine(model).generate(ids, mask, p, torch.Generator().manual_seed(11))
+    b = HFEngine(model).generate(ids, mask, p, torch.Generator().manual_seed(11))
+    c = HFEngine(model).generate(ids, mask, p, torch.Generator().manual_seed(12))
+    assert torch.equal(a.response_ids, b.response_ids)
+    assert not torch.equal(a.response_ids, c.response_ids)
+
+
+def test_top_p_keeps_only_the_nucleus():
+    from rollout.engine import _sample
+
+    logits = torch.log(torch.tensor([[0.6, 0.3, 0.1]]))
+    g = torch.Generator().manual_seed(0)
+    toks = {int(_sample(logits, SamplingParams(1, top_p=0.5), g)[0]) for _ in range(50)}
+    assert toks == {0}  # the first token alone reaches 0.5
+    toks = {int(_sample(logits, SamplingParams(1, top_p=0.8), g)[0]) for _ in range(200)}
+    assert toks == {0, 1}
+
+
+def test_value_model_starts_at_zero_and_has_response_shape():
+    policy = _policy()
+    critic = ValueModel(policy)
+    ids, mask = _prompts()
+    resp = torch.tensor([[3, 4, EOS_ID], [5, EOS_ID, PAD_ID], [6, 7, 8]])
+    rmask = resp != PAD_ID
+    v = score_values(critic, ids, mask, resp, rmask)
+    assert v.shape == (3, 3) and torch.all(v == 0)
+    # the critic trunk is a copy: training it leaves the policy untouched
+    assert critic.backbone is not policy.base_model
+
+
+def test_warm_start_cache_reuses_the_same_weights(tmp_path):
+    calls = []
+
+    def build():
+        return _policy(4)
+
+    def train(model):
+        calls.append(1)
+        with torch.no_grad():
+            for p in model.parameters():
+                p.add_(0.01)
+        return {"final_loss": 0.0}
+
+    key = {"k": 1}
+    m1, d1, _ = cached_warm_start(key, build, train, cache_dir=tmp_path)
+    m2, d2, info = cached_warm_start(key, build, train, cache_dir=tmp_path)
+    assert len(calls) == 1 and d1 == d2 and (d1 / "model.safetensors").is_file()
+    for p1, p2 in zip(m1.parameters(), m2.parameters()):
+        assert torch.equal(p1, p2)
+    _, d3, _ = cached_warm_start({"k": 2}, build, train, cache_dir=tmp_path)
+    assert d3 != d1 and len(calls) == 2
