@@ -1,0 +1,72 @@
+"""objbench.algos: pure-torch RL objectives for language models (PPO, GRPO, Dr. GRPO, DAPO, GSPO and any mix).
+
+Tensors in, tensors out: explicit (B, T) torch.bool masks (True = valid token), no global state, no
+``.item()``; every function keeps its inputs' floating dtype (float64 works). Imports nothing else of
+objbench.
+
+Public API
+----------
+    algos.compute_advantages(cfg, *, rewards, mask, values=None, old_logp=None, ref_logp=None, max_len=None)
+    algos.compute_loss(cfg, *, logp, old_logp, advantages, mask, ref_logp=None, entropy=None, max_len=None)
+    algos.compute_value_loss(cfg, *, values, old_values, returns, mask, max_len=None)
+    algos.policy_loss(logp, old_logp, advantages, mask, ratio="token", eps_low=0.2, eps_high=0.2,
+                      dual_clip=None, agg="token_mean", max_len=None)
+    algos.aggregate(loss_mat, mask, mode, max_len=None)          # the function (module: algos/aggregate.py)
+    algos.advantages.{gae, whiten, value_loss, group_relative, rloo, group_stats}
+    algos.kl.{estimate, exact_kl}; algos.entropy.token_entropy
+    algos.filters.{dynamic_sampling_keep, overlong_penalty, overlong_filter}
+    algos.ObjectiveConfig (+ AdvantageConfig, RatioConfig, LossConfig, KLConfig, ValueConfig, FilterConfig)
+    algos.presets, algos.get_preset, algos.with_overrides, algos.config_to_dict, algos.format_config_table
+    algos.registry.{ADVANTAGE_ESTIMATORS, AGGREGATION_MODES, KL_ESTIMATORS, RATIO_LEVELS}
+"""
+
+# component modules first: importing them fills the registries that config validation reads
+from algos import registry  # noqa: I001
+from algos import aggregate as _aggregate_module  # noqa: F401
+from algos import advantages, entropy, filters, kl, policy  # noqa: F401
+from algos.aggregate import aggregate  # the function shadows the submodule name on purpose
+from algos.policy import policy_loss
+from algos.config import (
+    AdvantageConfig,
+    FilterConfig,
+    KLConfig,
+    LossConfig,
+    ObjectiveConfig,
+    RatioConfig,
+    ValueConfig,
+    config_from_dict,
+    config_to_dict,
+    format_config_table,
+    with_overrides,
+)
+from algos import presets as _presets_module  # noqa: F401
+from algos.presets import get_preset, presets
+from algos.objective import METRIC_DOCS, compute_advantages, compute_loss, compute_value_loss
+
+__all__ = [
+    "aggregate",
+    "advantages",
+    "entropy",
+    "filters",
+    "kl",
+    "policy",
+    "registry",
+    "policy_loss",
+    "AdvantageConfig",
+    "RatioConfig",
+    "LossConfig",
+    "KLConfig",
+    "ValueConfig",
+    "FilterConfig",
+    "ObjectiveConfig",
+    "with_overrides",
+    "config_to_dict",
+    "config_from_dict",
+    "format_config_table",
+    "presets",
+    "get_preset",
+    "compute_advantages",
+    "compute_loss",
+    "compute_value_loss",
+    "METRIC_DOCS",
+]

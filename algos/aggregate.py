@@ -1,0 +1,99 @@
+"""Loss aggregation: (B, T) per-token losses -> one scalar (the length-bias axis).
+
+``aggregate(loss_mat, mask, mode, max_len=None)``; with m the bool mask, |y_i| = sum_t m_it and
+B' = the number of rows with at least one valid token:
+
+==========================  ==============================================  ==================================
+mode                        formula                                         used by
+==========================  ==============================================  ==================================
+token_mean                  sum_{i,t} l m / sum_{i,t} m                     DAPO (Yu et al. 2025, sec. 3.3)
+seq_mean_token_mean         (1/B') sum_i [ sum_t l m / |y_i| ]              GRPO (Shao et al. 2024, eq. 3)
+seq_mean_token_sum          (1/B') sum_i sum_t l m                          verl "seq-mean-token-sum"
+seq_mean_token_sum_norm     (1/(B' L)) sum_{i,t} l m,  L = max_len          Dr. GRPO (Liu et al. 2025)
+==========================  ==============================================  ==================================
+
+Fully masked rows (decision): a row with no valid token (e.g. a truncated response removed by overlong
+filtering) is *excluded* from the row count B' in every seq_mean mode, including seq_mean_token_sum_norm,
+so filtering out one response does not dilute the others (as verl's ``agg_loss``; TRL keeps such rows).
+An all-masked batch returns 0 -- a 0-dim tensor still connected to ``loss_mat``'s graph (zero gradient) --
+never NaN.
+
+``max_len`` (L) is required for seq_mean_token_sum_norm (it should be the maximum response length the
+sampler allows, a constant across steps) and ignored by the other modes.
+
+This module's name is shadowed in the package namespace: ``algos.aggregate`` is the *function*. Other
+names are reachable with ``from algos.aggregate import AGGREGATION_MODES``.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+
+from algos._checks import check_float, check_mask
+from algos.registry import AGGREGATION_MODES
+
+__all__ = ["aggregate", "AGGREGATION_MODES"]
+
+
+def _row_stats(loss_mat: torch.Tensor, mask: torch.Tensor):
+    # (B,) per-row sums of valid losses, (B,) token counts, scalar count of non-empty rows
+    row_sum = loss_mat.masked_fill(~mask, 0.0).sum(-1)  # (B,)
+    row_len = mask.sum(-1).to(loss_mat.dtype)  # (B,)
+    n_rows = (row_len > 0).sum().to(loss_mat.dtype)  # B'
+    return row_sum, row_len, n_rows
+
+
+@AGGREGATION_MODES.register("token_mean")
+def token_mean(loss_mat: torch.Tensor, mask: torch.Tensor, max_len: Optional[int] = None) -> torch.Tensor:
+    # sum_{i,t} l m / sum_{i,t} m
+    n_tokens = mask.sum().to(loss_mat.dtype)
+    return loss_mat.masked_fill(~mask, 0.0).sum() / n_tokens.clamp(min=1.0)
+
+
+@AGGREGATION_MODES.register("seq_mean_token_mean")
+def seq_mean_token_mean(loss_mat: torch.Tensor, mask: torch.Tensor, max_len: Optional[int] = None) -> torch.Tensor:
+    # (1/B') sum_i [ sum_t l m / |y_i| ]; an empty row contributes 0 / 1 = 0 and is not counted in B'
+    row_sum, row_len, n_rows = _row_stats(loss_mat, mask)
+    return (row_sum / row_len.clamp(min=1.0)).sum() / n_rows.clamp(min=1.0)
+
+
+@AGGREGATION_MODES.register("seq_mean_token_sum")
+def seq_mean_token_sum(loss_mat: torch.Tensor, mask: torch.Tensor, max_len: Optional[int] = None) -> torch.Tensor:
+    # (1/B') sum_i sum_t l m
+    row_sum, _, n_rows = _row_stats(loss_mat, mask)
+    return row_sum.sum() / n_rows.clamp(min=1.0)
+
+
+@AGGREGATION_MODES.register("seq_mean_token_sum_norm")
+def seq_mean_token_sum_norm(loss_mat: torch.Tensor, mask: torch.Tensor, max_len: Optional[int] = None) -> torch.Tensor:
+    # Dr. GRPO: (1/(B' L)) sum_{i,t} l m with a constant L, so no per-response length normaliser
+    if max_len is None or isinstance(max_len, bool) or not isinstance(max_len, int) or max_len <= 0:
+        raise ValueError(
+            f"max_len must be a positive int for mode 'seq_mean_token_sum_norm' (Dr. GRPO's constant L, the "
+            f"maximum response length), got {max_len!r}"
+        )
+    row_sum, _, n_rows = _row_stats(loss_mat, mask)
+    return row_sum.sum() / (n_rows.clamp(min=1.0) * max_len)
+
+
+def aggregate(loss_mat: torch.Tensor, mask: torch.Tensor, mode: str, max_len: Optional[int] = None) -> torch.Tensor:
+    """Reduce a (B, T) per-token loss to a 0-dim tensor; see the module docstring for the modes.
+
+    Args:
+        loss_mat: (B, T) float per-token loss; values under ``~mask`` are ignored (may be inf/nan).
+        mask: (B, T) torch.bool, True = valid token.
+        mode: one of ``AGGREGATION_MODES.names()``.
+        max_len: the constant L of ``seq_mean_token_sum_norm`` (required there, ignored elsewhere).
+
+    Returns:
+        0-dim tensor of ``loss_mat``'s dtype; 0 for an all-masked batch.
+    """
+    if mode not in AGGREGATION_MODES:
+        raise ValueError(f"mode must be one of {list(AGGREGATION_MODES.names())}, got {mode!r}")
+    check_float(loss_mat, "loss_mat", ndim=2)
+    check_mask(mask)
+    if mask.shape != loss_mat.shape:
+        raise ValueError(f"mask must have the shape of loss_mat {tuple(loss_mat.shape)}, got {tuple(mask.shape)}")
+    return AGGREGATION_MODES.get(mode)(loss_mat, mask, max_len)

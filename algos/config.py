@@ -1,0 +1,334 @@
+"""Objective configuration: frozen dataclasses, one field per ablation axis.
+
+OmegaConf-compatible by construction (the experiments package wraps these as structured configs): field
+types are only str, int, float, bool, Optional[...] of those, or nested dataclasses built with
+``field(default_factory=...)``. Every field has a one-line doc string under it.
+
+Validation happens in ``__post_init__``: wrong types, unknown choices and out-of-range values raise
+``ValueError`` naming the field (``RatioConfig.eps_low ...``) and, for choices, listing the valid ones;
+invalid combinations across sub-configs are rejected in ``ObjectiveConfig.__post_init__`` -- errors, never
+warnings. Choices of registry-backed fields come from the registries, so a newly registered component is
+a valid config value at once.
+
+Helpers: ``with_overrides(cfg, {"loss.agg": "token_mean"})``, ``config_to_dict``, ``config_from_dict``,
+``format_config_table`` (every field on its own line, so two runs can be diffed).
+
+Note: no ``from __future__ import annotations`` here, so that the field types stay real types for
+OmegaConf and for the type check below.
+"""
+
+import dataclasses
+import numbers
+import typing
+from dataclasses import dataclass, field
+from typing import Any, Dict, Mapping, Optional
+
+# the component modules register their members on import; config validation reads the registries
+import algos.advantages as _advantages
+import algos.aggregate  # noqa: F401  (registers aggregation modes)
+import algos.kl as _kl
+import algos.policy  # noqa: F401  (registers ratio levels)
+from algos.registry import ADVANTAGE_ESTIMATORS, AGGREGATION_MODES, KL_ESTIMATORS, RATIO_LEVELS
+
+__all__ = [
+    "AdvantageConfig",
+    "RatioConfig",
+    "LossConfig",
+    "KLConfig",
+    "ValueConfig",
+    "FilterConfig",
+    "ObjectiveConfig",
+    "KL_PLACEMENTS",
+    "with_overrides",
+    "config_to_dict",
+    "config_from_dict",
+    "format_config_table",
+]
+
+KL_PLACEMENTS = ("none", "reward", "loss")
+
+
+# ------------------------------------------------------------------------------------------ validation
+def _unwrap_optional(tp):
+    if typing.get_origin(tp) is typing.Union:
+        args = [a for a in typing.get_args(tp) if a is not type(None)]
+        return args[0], True
+    return tp, False
+
+
+def _check_types(obj) -> None:
+    """Type-check (and normalise int -> float) every field of a config dataclass."""
+    cls = type(obj).__name__
+    hints = typing.get_type_hints(type(obj))
+    for f in dataclasses.fields(obj):
+        tp, optional = _unwrap_optional(hints[f.name])
+        v = getattr(obj, f.name)
+        where = f"{cls}.{f.name}"
+        if v is None:
+            if optional:
+                continue
+            raise ValueError(f"{where} must not be None")
+        if dataclasses.is_dataclass(tp):
+            if not isinstance(v, tp):
+                raise ValueError(f"{where} must be a {tp.__name__}, got {type(v).__name__}")
+        elif tp is bool:
+            if not isinstance(v, bool):
+                raise ValueError(f"{where} must be a bool, got {v!r}")
+        elif tp is int:
+            if isinstance(v, bool) or not isinstance(v, numbers.Integral):
+                raise ValueError(f"{where} must be an int, got {v!r}")
+            object.__setattr__(obj, f.name, int(v))
+        elif tp is float:
+            if isinstance(v, bool) or not isinstance(v, numbers.Real):
+                raise ValueError(f"{where} must be a float, got {v!r}")
+            object.__setattr__(obj, f.name, float(v))
+        elif tp is str:
+            if not isinstance(v, str):
+                raise ValueError(f"{where} must be a str, got {v!r}")
+        else:  # pragma: no cover - guards the OmegaConf contract for future fields
+            raise TypeError(f"{where}: unsupported field type {tp!r}")
+
+
+def _choice(obj, name: str, choices) -> None:
+    v = getattr(obj, name)
+    if v not in choices:
+        raise ValueError(f"{type(obj).__name__}.{name} must be one of {sorted(choices)}, got {v!r}")
+
+
+def _range(obj, name: str, ok: bool, what: str) -> None:
+    if not ok:
+        raise ValueError(f"{type(obj).__name__}.{name} must be {what}, got {getattr(obj, name)!r}")
+
+
+# -------------------------------------------------------------------------------------------- configs
+@dataclass(frozen=True)
+class AdvantageConfig:
+    estimator: str = "group"
+    """advantage estimator: gae | group | rloo (registry ADVANTAGE_ESTIMATORS)."""
+    scale: str = "group"
+    """group estimator only: divide by the group std (GRPO), the batch std (TRL "batch") or nothing (Dr. GRPO)."""
+    eps: float = 1e-6
+    """group estimator only: added to the std (verl 1e-6; TRL 1e-4; OpenRLHF 1e-9)."""
+    gamma: float = 1.0
+    """gae only: discount (verl default 1.0)."""
+    lam: float = 1.0
+    """gae only: GAE lambda (verl default 1.0; 0.95 is common)."""
+    whiten: bool = True
+    """gae only: whiten advantages over the batch's valid tokens (ignored by group estimators)."""
+
+    def __post_init__(self):
+        _check_types(self)
+        _choice(self, "estimator", ADVANTAGE_ESTIMATORS.names())
+        _choice(self, "scale", _advantages.GROUP_SCALES)
+        _range(self, "eps", self.eps >= 0.0, ">= 0")
+        _range(self, "gamma", 0.0 <= self.gamma <= 1.0, "in [0, 1]")
+        _range(self, "lam", 0.0 <= self.lam <= 1.0, "in [0, 1]")
+
+
+@dataclass(frozen=True)
+class RatioConfig:
+    level: str = "token"
+    """importance-ratio level: token (PPO/GRPO) | sequence (GSPO) | sequence_token (GSPO-token)."""
+    eps_low: float = 0.2
+    """lower clip: ratio >= 1 - eps_low; in [0, 1) (PPO 0.2)."""
+    eps_high: float = 0.2
+    """upper clip: ratio <= 1 + eps_high; >= 0 (PPO 0.2; DAPO clip-higher 0.28)."""
+    dual_clip: Optional[float] = None
+    """dual-clip constant c > 1 for A < 0 (Ye et al. 2020); None = off (verl's default is 3)."""
+
+    def __post_init__(self):
+        _check_types(self)
+        _choice(self, "level", RATIO_LEVELS.names())
+        _range(self, "eps_low", 0.0 <= self.eps_low < 1.0, "in [0, 1)")
+        _range(self, "eps_high", self.eps_high >= 0.0, ">= 0")
+        _range(self, "dual_clip", self.dual_clip is None or self.dual_clip > 1.0, "None or > 1")
+
+
+@dataclass(frozen=True)
+class LossConfig:
+    agg: str = "seq_mean_token_mean"
+    """loss aggregation: token_mean | seq_mean_token_mean | seq_mean_token_sum | seq_mean_token_sum_norm."""
+    max_len: Optional[int] = None
+    """L of seq_mean_token_sum_norm; None = the training loop passes its maximum response length."""
+    entropy_coef: float = 0.0
+    """entropy bonus: loss -= entropy_coef * aggregate(entropy); 0 = off (no published recipe uses one)."""
+
+    def __post_init__(self):
+        _check_types(self)
+        _choice(self, "agg", AGGREGATION_MODES.names())
+        _range(self, "max_len", self.max_len is None or self.max_len > 0, "None or > 0")
+
+
+@dataclass(frozen=True)
+class KLConfig:
+    estimator: str = "k3"
+    """per-token KL estimator: k1 | k2 | k3 | k3_ratio | k3_k2grad (see algos.kl)."""
+    placement: str = "none"
+    """where the KL penalty goes: none | reward (R - beta sum_t k, before the advantage) | loss (+ beta k)."""
+    beta: float = 0.0
+    """KL coefficient (GRPO 0.04; DeepSeek-R1 0.001; DAPO, Dr. GRPO, GSPO 0)."""
+    clamp: Optional[float] = None
+    """clamp the per-token KL value to [-clamp, clamp]; None = off (verl clamps k3 to 10)."""
+
+    def __post_init__(self):
+        _check_types(self)
+        _choice(self, "estimator", KL_ESTIMATORS.names())
+        _choice(self, "placement", KL_PLACEMENTS)
+        _range(self, "beta", self.beta >= 0.0, ">= 0")
+        _range(self, "clamp", self.clamp is None or self.clamp > 0.0, "None or > 0")
+        if self.placement == "none" and self.beta > 0.0:
+            raise ValueError(
+                f"KLConfig.beta = {self.beta} > 0 but KLConfig.placement is 'none'; set placement to "
+                f"'reward' or 'loss', or beta to 0"
+            )
+        if self.placement == "reward" and self.estimator not in _kl.VALUE_FORMS:
+            raise ValueError(
+                f"KLConfig.estimator {self.estimator!r} only changes the gradient, which a reward does not carry; "
+                f"with placement 'reward' use one of {list(_kl.VALUE_FORMS)}"
+            )
+
+
+@dataclass(frozen=True)
+class ValueConfig:
+    coef: float = 1.0
+    """weight of the value loss (gae only): compute_value_loss returns coef * loss."""
+    cliprange: Optional[float] = 0.5
+    """value clip: V_old +- cliprange (verl cliprange_value 0.5); None = unclipped."""
+    lr_scale: float = 1.0
+    """critic learning rate / policy learning rate (read by the training loop)."""
+
+    def __post_init__(self):
+        _check_types(self)
+        _range(self, "coef", self.coef >= 0.0, ">= 0")
+        _range(self, "cliprange", self.cliprange is None or self.cliprange > 0.0, "None or > 0")
+        _range(self, "lr_scale", self.lr_scale > 0.0, "> 0")
+
+
+@dataclass(frozen=True)
+class FilterConfig:
+    dynamic_sampling: bool = False
+    """DAPO: drop groups whose rewards are all equal and sample more prompts to refill the batch."""
+    max_rounds: int = 10
+    """dynamic sampling: give up refilling after this many generation rounds (verl DAPO recipe: 10)."""
+    overlong_penalty: bool = False
+    """DAPO soft overlong punishment added to the reward (compute_advantages applies it)."""
+    overlong_cache: int = 4
+    """soft-punishment zone L_cache in tokens (DAPO: 4096 of 20480; scaled to our short responses)."""
+    overlong_factor: float = 1.0
+    """scale of the soft punishment (DAPO: 1.0)."""
+    overlong_filter: bool = False
+    """DAPO overlong filtering: mask the loss of truncated responses (the training loop applies it)."""
+
+    def __post_init__(self):
+        _check_types(self)
+        _range(self, "max_rounds", self.max_rounds >= 1, ">= 1")
+        _range(self, "overlong_cache", self.overlong_cache >= 0, ">= 0")
+        _range(self, "overlong_factor", self.overlong_factor >= 0.0, ">= 0")
+
+
+@dataclass(frozen=True)
+class ObjectiveConfig:
+    name: str = "custom"
+    """label for tables and run folders; the fields below, not the name, define the objective."""
+    group_size: int = 8
+    """G, responses per prompt (group estimators need >= 2; gae allows 1)."""
+    n_minibatches: int = 1
+    """optimizer steps per epoch over one rollout batch (GSPO: 4)."""
+    n_epochs: int = 1
+    """passes over each rollout batch."""
+    adv: AdvantageConfig = field(default_factory=AdvantageConfig)
+    """advantage estimation."""
+    ratio: RatioConfig = field(default_factory=RatioConfig)
+    """importance ratio and clipping."""
+    loss: LossConfig = field(default_factory=LossConfig)
+    """aggregation and entropy bonus."""
+    kl: KLConfig = field(default_factory=KLConfig)
+    """KL regularisation to the reference policy."""
+    value: ValueConfig = field(default_factory=ValueConfig)
+    """critic (gae only)."""
+    filters: FilterConfig = field(default_factory=FilterConfig)
+    """DAPO filters and reward shaping."""
+
+    def __post_init__(self):
+        _check_types(self)
+        _range(self, "group_size", self.group_size >= 1, ">= 1")
+        _range(self, "n_minibatches", self.n_minibatches >= 1, ">= 1")
+        _range(self, "n_epochs", self.n_epochs >= 1, ">= 1")
+        est = ADVANTAGE_ESTIMATORS.get(self.adv.estimator)
+        if self.group_size < est.min_group_size:
+            raise ValueError(
+                f"ObjectiveConfig.group_size must be >= {est.min_group_size} for adv.estimator="
+                f"{self.adv.estimator!r} (a singleton group has no baseline; use 'gae'), got {self.group_size}"
+            )
+        if self.filters.dynamic_sampling and self.group_size < 2:
+            raise ValueError(
+                f"ObjectiveConfig.group_size must be >= 2 with filters.dynamic_sampling (it drops groups whose "
+                f"rewards are all equal), got {self.group_size}"
+            )
+
+
+# ------------------------------------------------------------------------------------------- helpers
+def config_to_dict(cfg) -> Dict[str, Any]:
+    """Nested plain dict of a config (dataclasses.asdict)."""
+    return dataclasses.asdict(cfg)
+
+
+def config_from_dict(d: Mapping[str, Any], cls=ObjectiveConfig):
+    """Inverse of ``config_to_dict``; unknown keys raise ValueError naming them. Missing keys take defaults."""
+    return with_overrides(cls(), _flatten(d))
+
+
+def _flatten(d: Mapping[str, Any], prefix: str = "") -> Dict[str, Any]:
+    out: Dict[str, Any] = {}
+    for k, v in d.items():
+        key = f"{prefix}{k}"
+        if isinstance(v, Mapping):
+            out.update(_flatten(v, key + "."))
+        else:
+            out[key] = v
+    return out
+
+
+def with_overrides(cfg, overrides: Mapping[str, Any]):
+    """A copy of ``cfg`` with dotted-path overrides, e.g. ``{"loss.agg": "token_mean", "ratio.eps_high": 0.28}``.
+
+    Values may also be mappings for nested configs (``{"ratio": {"eps_high": 0.28}}``). Unknown keys raise
+    ValueError naming the key and listing the valid fields; every touched config is re-validated.
+    """
+    grouped: Dict[str, Dict[str, Any]] = {}
+    direct: Dict[str, Any] = {}
+    valid = {f.name: f for f in dataclasses.fields(cfg)}
+    for key, value in _flatten(overrides).items():
+        head, _, rest = key.partition(".")
+        if head not in valid:
+            raise ValueError(
+                f"unknown config key {key!r} for {type(cfg).__name__}; valid fields: {', '.join(valid)}"
+            )
+        sub = getattr(cfg, head)
+        if rest:
+            if not dataclasses.is_dataclass(sub):
+                raise ValueError(f"config key {key!r}: {type(cfg).__name__}.{head} has no sub-fields")
+            grouped.setdefault(head, {})[rest] = value
+        else:
+            if dataclasses.is_dataclass(sub) and not dataclasses.is_dataclass(value):
+                raise ValueError(f"config key {key!r} names a section; override its fields ({head}.<field>)")
+            direct[head] = value
+    for head, sub_overrides in grouped.items():
+        direct[head] = with_overrides(direct.get(head, getattr(cfg, head)), sub_overrides)
+    return dataclasses.replace(cfg, **direct)
+
+
+def _leaves(cfg, prefix: str = ""):
+    for f in dataclasses.fields(cfg):
+        v = getattr(cfg, f.name)
+        if dataclasses.is_dataclass(v):
+            yield from _leaves(v, f"{prefix}{f.name}.")
+        else:
+            yield f"{prefix}{f.name}", v
+
+
+def format_config_table(cfg) -> str:
+    """Every leaf field as ``path  value``, one per line, in declaration order (diff two runs with it)."""
+    rows = list(_leaves(cfg))
+    width = max(len(k) for k, _ in rows)
+    return "\n".join(f"{k:<{width}}  {v!r}" for k, v in rows)

@@ -1,0 +1,281 @@
+"""The one entry point the training loop calls: advantages, policy(+KL, +entropy) loss, value loss.
+
+    adv, returns, m1 = compute_advantages(cfg, rewards=R, mask=response_mask, values=V, old_logp=old,
+                                          ref_logp=ref, max_len=max_new_tokens)
+    loss, m2 = compute_loss(cfg, logp=lp, old_logp=old, advantages=adv, mask=loss_mask, ref_logp=ref,
+                            entropy=H, max_len=max_new_tokens)
+    vloss, m3 = compute_value_loss(cfg, values=V_new, old_values=V, returns=returns, mask=loss_mask)
+
+Nothing here branches on a preset or component name: components come from the registries, and the only
+branches are on config fields (KL placement, whether a coefficient is non-zero).
+
+Masks: ``compute_advantages`` takes the *response* mask (every generated token: reward shaping sees the
+full response); ``compute_loss`` / ``compute_value_loss`` take the *loss* mask, which may additionally have
+rows removed by ``algos.filters.overlong_filter``. Advantages are constants: ``compute_advantages`` runs
+under ``torch.no_grad()``.
+
+``max_len`` (the sampler's maximum response length) is the L of DAPO's overlong penalty in
+``compute_advantages`` and of the seq_mean_token_sum_norm aggregation in the losses; a set
+``cfg.loss.max_len`` takes precedence over the argument for the aggregation.
+
+Every metric key is documented in ``METRIC_DOCS``; values are detached 0-dim tensors (no ``.item()`` here:
+the caller decides when to sync).
+"""
+
+from __future__ import annotations
+
+from typing import Dict, Optional, Tuple
+
+import torch
+
+from algos._checks import check_float, check_group_size, check_mask, masked_mean
+from algos.advantages import group_stats, value_loss
+from algos.aggregate import aggregate
+from algos.config import ObjectiveConfig
+from algos.filters import overlong_penalty
+from algos.kl import estimate
+from algos.policy import policy_loss
+from algos.registry import ADVANTAGE_ESTIMATORS
+
+__all__ = ["compute_advantages", "compute_loss", "compute_value_loss", "METRIC_DOCS"]
+
+METRIC_DOCS: Dict[str, str] = {
+    # compute_advantages
+    "reward_mean": "mean of the input rewards R (before any shaping)",
+    "pass_rate": "fraction of responses with input reward >= 0.5",
+    "zero_var_frac": "fraction of groups whose shaped rewards are all equal (zero advantage, no signal)",
+    "overlong_penalty_mean": "mean DAPO soft overlong penalty added to R (0 when off)",
+    "kl_in_reward_mean": "mean over valid tokens of the per-token KL estimate k(old, ref) placed in the reward "
+    "(before beta; 0 when off)",
+    "adv_mean": "mean advantage over valid tokens",
+    "adv_std": "std (ddof 0) of the advantage over valid tokens",
+    "adv_abs_mean": "mean |advantage| over valid tokens",
+    # compute_loss (policy_loss keys first)
+    "clipfrac_low": "fraction of valid tokens (sequences for ratio 'sequence') with A < 0 and r < 1 - eps_low",
+    "clipfrac_high": "fraction of valid tokens (sequences for ratio 'sequence') with A > 0 and r > 1 + eps_high",
+    "ratio_mean": "mean importance ratio over valid tokens (sequences for ratio 'sequence')",
+    "ratio_max": "max importance ratio over valid tokens",
+    "ratio_min": "min importance ratio over valid tokens",
+    "dual_clip_frac": "fraction of valid tokens where the dual clip caps the loss (0 when off)",
+    "approx_kl": "mean over valid tokens of k3(old -> current): e^x - 1 - x with x = old - lp",
+    "policy_loss": "the clipped policy-gradient term, aggregated",
+    "kl_loss": "aggregated KL estimate added to the loss (before beta; only with kl.placement 'loss')",
+    "kl_ref": "mean over valid tokens of k3(current, ref), a cross-arm comparable KL to the reference",
+    "entropy": "aggregated per-token entropy (when an entropy tensor is given)",
+    "loss": "the total returned loss: policy_loss + beta kl_loss - entropy_coef entropy",
+    # compute_value_loss
+    "value_loss": "clipped value loss, aggregated, before value.coef",
+    "value_clipfrac": "fraction of valid tokens where the clipped value loss is the larger term",
+    "value_mean": "mean value prediction over valid tokens",
+    "value_explained_var": "1 - Var[R - V] / Var[R] over valid tokens (0 when Var[R] = 0)",
+}
+
+
+def _loss_max_len(cfg: ObjectiveConfig, max_len: Optional[int]) -> Optional[int]:
+    return cfg.loss.max_len if cfg.loss.max_len is not None else max_len
+
+
+@torch.no_grad()
+def compute_advantages(
+    cfg: ObjectiveConfig,
+    *,
+    rewards: torch.Tensor,
+    mask: torch.Tensor,
+    values: Optional[torch.Tensor] = None,
+    old_logp: Optional[torch.Tensor] = None,
+    ref_logp: Optional[torch.Tensor] = None,
+    max_len: Optional[int] = None,
+) -> Tuple[torch.Tensor, Optional[torch.Tensor], Dict[str, torch.Tensor]]:
+    """Reward shaping, then the configured advantage estimator, broadcast to tokens.
+
+    1. DAPO soft overlong punishment when ``cfg.filters.overlong_penalty``: R_i += penalty(|y_i|), with
+       |y_i| = valid tokens of row i and L_max = ``max_len`` (required then).
+    2. KL in the reward when ``cfg.kl.placement == "reward"`` and beta > 0, with k_t = estimate(old, ref)
+       (the behaviour policy's tokens):
+         group estimators: R_i - beta sum_t m_t k_t before normalisation (verl use_kl_in_reward);
+         gae: per-token reward -beta k_t at each valid token plus R_i on the last valid token
+              (OpenRLHF / classic RLHF).
+       Both views come from one construction: token_rewards = R_i at the last valid token - beta k_t, and
+       seq_rewards = sum_t token_rewards.
+    3. The estimator from ``ADVANTAGE_ESTIMATORS``; per-sequence advantages are broadcast to valid tokens.
+
+    Args:
+        cfg: ObjectiveConfig.
+        rewards: (B,) float outcome rewards, contiguous groups of cfg.group_size.
+        mask: (B, T) torch.bool response mask.
+        values: (B, T) critic values (required by gae).
+        old_logp, ref_logp: (B, T) behaviour / reference log-probs (required for KL in the reward).
+        max_len: L_max of the overlong penalty (the sampler's maximum response length).
+
+    Returns:
+        advantages (B, T) (0 at masked positions), returns (B, T) for gae else None, metrics.
+    """
+    check_mask(mask)
+    check_float(rewards, "rewards", shape=mask.shape[:1])
+    B = mask.shape[0]
+    check_group_size(cfg.group_size, B, minimum=1)
+    est = ADVANTAGE_ESTIMATORS.get(cfg.adv.estimator)
+    if est.needs_values and values is None:
+        raise ValueError(f"values (B, T) are required by adv.estimator={cfg.adv.estimator!r}")
+    if values is not None:
+        check_float(values, "values", shape=mask.shape)
+        values = values.detach()
+
+    R = rewards.detach()
+    metrics: Dict[str, torch.Tensor] = {
+        "reward_mean": R.mean(),
+        "pass_rate": (R >= 0.5).to(R.dtype).mean(),
+    }
+
+    # 1. DAPO soft overlong punishment
+    if cfg.filters.overlong_penalty:
+        if max_len is None:
+            raise ValueError("max_len (the maximum response length) is required when filters.overlong_penalty is on")
+        pen = overlong_penalty(mask.sum(-1), max_len, cfg.filters.overlong_cache, cfg.filters.overlong_factor)
+        pen = pen.to(R.dtype)
+        R = R + pen
+        metrics["overlong_penalty_mean"] = pen.mean()
+    else:
+        metrics["overlong_penalty_mean"] = R.new_zeros(())
+
+    # 2. KL in the reward (per token; zero when off)
+    kl_tok = torch.zeros(mask.shape, dtype=R.dtype, device=R.device)  # (B, T)
+    if cfg.kl.placement == "reward" and cfg.kl.beta > 0:
+        if old_logp is None or ref_logp is None:
+            raise ValueError("old_logp and ref_logp (B, T) are required for kl.placement='reward'")
+        check_float(old_logp, "old_logp", shape=mask.shape)
+        check_float(ref_logp, "ref_logp", shape=mask.shape)
+        old = old_logp.detach().masked_fill(~mask, 0.0)
+        ref = ref_logp.detach().masked_fill(~mask, 0.0)
+        kl_tok = estimate(old, ref, cfg.kl.estimator, clamp=cfg.kl.clamp).to(R.dtype).masked_fill(~mask, 0.0)
+    metrics["kl_in_reward_mean"] = masked_mean(kl_tok, mask)
+
+    # token_rewards: R_i on the last valid token, -beta k_t on every valid token; seq reward = their sum
+    is_last = mask & (mask.flip(-1).cumsum(-1).flip(-1) == 1)  # (B, T): exactly one True per non-empty row
+    token_penalty = -cfg.kl.beta * kl_tok
+    token_rewards = torch.where(is_last, R[:, None], torch.zeros_like(token_penalty)) + token_penalty
+    seq_rewards = R + token_penalty.sum(-1)  # R_i - beta sum_t k_t  (B,)
+
+    if cfg.group_size >= 2:
+        metrics["zero_var_frac"] = group_stats(seq_rewards, cfg.group_size).zero_var.to(R.dtype).mean()
+    else:
+        metrics["zero_var_frac"] = R.new_zeros(())
+
+    # 3. the advantage estimator (one signature for every member)
+    advantages, returns = est.compute(
+        seq_rewards=seq_rewards,
+        token_rewards=token_rewards,
+        mask=mask,
+        values=values,
+        group_size=cfg.group_size,
+        cfg=cfg.adv,
+    )
+    a_mean = masked_mean(advantages, mask)
+    metrics["adv_mean"] = a_mean
+    metrics["adv_std"] = masked_mean((advantages - a_mean) ** 2, mask).sqrt()
+    metrics["adv_abs_mean"] = masked_mean(advantages.abs(), mask)
+    return advantages, returns, metrics
+
+
+def compute_loss(
+    cfg: ObjectiveConfig,
+    *,
+    logp: torch.Tensor,
+    old_logp: torch.Tensor,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    ref_logp: Optional[torch.Tensor] = None,
+    entropy: Optional[torch.Tensor] = None,
+    max_len: Optional[int] = None,
+) -> Tuple[torch.Tensor, Dict[str, torch.Tensor]]:
+    """Policy loss + beta * KL loss - entropy_coef * entropy, all aggregated with ``cfg.loss.agg``.
+
+        loss = aggregate(l_pg) + beta aggregate(k(lp, ref)) - c_H aggregate(H)
+
+    (the KL term only with ``cfg.kl.placement == "loss"``; GRPO eq. 3 places it inside the same
+    per-sequence token mean as the policy term, which "same aggregation mode" reproduces).
+
+    Args:
+        cfg: ObjectiveConfig.
+        logp: (B, T) current log-probs of the sampled tokens (with grad).
+        old_logp: (B, T) behaviour log-probs.  advantages: (B, T) (or (B,)) from ``compute_advantages``.
+        mask: (B, T) torch.bool loss mask.
+        ref_logp: (B, T) reference log-probs; required when the KL is in the loss; if given, ``kl_ref`` is
+            reported in any case.
+        entropy: (B, T) per-token entropies (with grad for a bonus); required when loss.entropy_coef != 0.
+        max_len: L for seq_mean_token_sum_norm when cfg.loss.max_len is None.
+
+    Returns:
+        (loss 0-dim, metrics); see ``METRIC_DOCS``.
+    """
+    agg = cfg.loss.agg
+    L = _loss_max_len(cfg, max_len)
+    loss, metrics = policy_loss(
+        logp,
+        old_logp,
+        advantages,
+        mask,
+        ratio=cfg.ratio.level,
+        eps_low=cfg.ratio.eps_low,
+        eps_high=cfg.ratio.eps_high,
+        dual_clip=cfg.ratio.dual_clip,
+        agg=agg,
+        max_len=L,
+    )
+    metrics["policy_loss"] = loss.detach()
+
+    kl_in_loss = cfg.kl.placement == "loss" and cfg.kl.beta > 0
+    if kl_in_loss and ref_logp is None:
+        raise ValueError("ref_logp (B, T) is required for kl.placement='loss' with beta > 0")
+    if ref_logp is not None:
+        check_float(ref_logp, "ref_logp", shape=mask.shape)
+        lp = logp.masked_fill(~mask, 0.0)  # sanitise before exp/log: garbage must not reach the gradient
+        ref = ref_logp.detach().masked_fill(~mask, 0.0)
+        if kl_in_loss:
+            old = old_logp.detach().masked_fill(~mask, 0.0)
+            kl_mat = estimate(lp, ref, cfg.kl.estimator, old_logp=old, clamp=cfg.kl.clamp)  # (B, T)
+            kl_loss = aggregate(kl_mat, mask, agg, L)
+            loss = loss + cfg.kl.beta * kl_loss
+            metrics["kl_loss"] = kl_loss.detach()
+        with torch.no_grad():
+            metrics["kl_ref"] = masked_mean(estimate(lp.detach(), ref, "k3"), mask)
+
+    if entropy is not None:
+        check_float(entropy, "entropy", shape=mask.shape)
+        ent = aggregate(entropy.masked_fill(~mask, 0.0), mask, agg, L)
+        metrics["entropy"] = ent.detach()
+        if cfg.loss.entropy_coef != 0.0:
+            loss = loss - cfg.loss.entropy_coef * ent
+    elif cfg.loss.entropy_coef != 0.0:
+        raise ValueError(f"entropy (B, T) is required when loss.entropy_coef = {cfg.loss.entropy_coef} != 0")
+
+    metrics["loss"] = loss.detach()
+    return loss, metrics
+
+
+def compute_value_loss(
+    cfg: ObjectiveConfig,
+    *,
+    values: torch.Tensor,
+    old_values: torch.Tensor,
+    returns: torch.Tensor,
+    mask: torch.Tensor,
+    max_len: Optional[int] = None,
+) -> Tuple[torch.Tensor, Dict[str, torch.Tensor]]:
+    """value.coef * clipped value loss (``algos.advantages.value_loss``), aggregated with ``cfg.loss.agg``
+    (the critic uses the actor's aggregation mode, as verl's default does) and clip ``cfg.value.cliprange``.
+
+    Args: values (B, T) with grad; old_values, returns (B, T) (constants); mask (B, T) torch.bool;
+        max_len for seq_mean_token_sum_norm when cfg.loss.max_len is None.
+    Returns: (coef * loss, metrics) -- metrics hold the unscaled ``value_loss``.
+    """
+    loss, metrics = value_loss(
+        values,
+        old_values.detach(),
+        returns.detach(),
+        mask,
+        cfg.value.cliprange,
+        cfg.loss.agg,
+        _loss_max_len(cfg, max_len),
+    )
+    return cfg.value.coef * loss, metrics

@@ -1,0 +1,194 @@
+"""Importance ratios, clipping and the clipped policy-gradient loss (PPO / GRPO / DAPO / GSPO).
+
+Ratio levels (registry ``RATIO_LEVELS``); every log-ratio is clamped to [-20, 20] as in verl/OpenRLHF,
+so exp() cannot overflow (the clamp also zeroes the gradient beyond +-20, as theirs does):
+
+  token           r_it = exp(lp_it - old_it)                                           PPO, GRPO, DAPO
+  sequence        s_i  = exp( (1/|y_i|) sum_t m_it (lp_it - old_it) )                  GSPO (Zheng et al. 2025,
+                  (the geometric mean of the token ratios)                             arXiv 2507.18071)
+  sequence_token  log s_it = lp_it - sg(lp_it) + sg(log s_i)                           GSPO-token (same paper)
+                  (value s_i, gradient of token t's own log-prob)
+
+Clipped surrogate (Schulman et al. 2017, arXiv 1707.06347, eq. 7), with decoupled bounds (DAPO's
+clip-higher, Yu et al. 2025, arXiv 2503.14476, sec. 3.1) and optional dual clip (Ye et al. 2020,
+arXiv 1912.09729) for A < 0:
+
+  l = max(-A r, -A clip(r, 1 - eps_low, 1 + eps_high))          (= -min(r A, clip(r) A))
+  l = min(-A c, l)   where A < 0, when dual_clip c is set (c > 1)
+
+Sequence-level loss and aggregation (decision): for ``ratio="sequence"`` the ratio s_i is broadcast to
+every valid token of y_i, so with a per-sequence advantage each token carries the sequence's loss
+l_i = -min(s_i A_i, clip(s_i) A_i). The (B, T) matrix is then aggregated with the requested mode:
+  seq_mean_token_mean      -> (1/B') sum_i l_i, the mean over sequences: GSPO's objective;
+  token_mean               -> sum_i |y_i| l_i / sum_i |y_i|, sequences weighted by their length;
+  seq_mean_token_sum       -> (1/B') sum_i |y_i| l_i;
+  seq_mean_token_sum_norm  -> (1/(B' L)) sum_i |y_i| l_i.
+Per-token advantages (B, T) are allowed with any level; with ``sequence`` each token then uses
+-min(s_i A_it, clip(s_i) A_it).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Optional, Tuple
+
+import torch
+
+from algos._checks import check_float, check_mask, masked_max, masked_mean, masked_min
+from algos.aggregate import aggregate
+from algos.registry import AGGREGATION_MODES, RATIO_LEVELS
+
+__all__ = [
+    "policy_loss",
+    "token_log_ratio",
+    "sequence_log_ratio",
+    "sequence_token_log_ratio",
+    "RatioLevel",
+    "RATIO_LEVELS",
+    "LOG_RATIO_CLAMP",
+]
+
+LOG_RATIO_CLAMP = 20.0
+
+
+@dataclass(frozen=True)
+class RatioLevel:
+    """Member type of ``RATIO_LEVELS``.
+
+    log_ratio: fn(logp (B,T), old_logp (B,T), mask (B,T) bool) -> (B,T) log-ratio, 0 at masked positions.
+    per_sequence: True when the ratio (and hence clipping) is one number per sequence, so ratio and
+        clip metrics are averaged over sequences rather than tokens.
+    """
+
+    log_ratio: Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
+    per_sequence: bool
+
+
+def token_log_ratio(logp: torch.Tensor, old_logp: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """(B, T) log r_it = clamp(lp - old, -20, 20); 0 at masked positions."""
+    diff = (logp - old_logp).masked_fill(~mask, 0.0)
+    return diff.clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
+
+
+def sequence_log_ratio(logp: torch.Tensor, old_logp: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """(B,) log s_i = (1/|y_i|) sum_t m (lp - old), clamped to [-20, 20]; 0 for an empty row (GSPO)."""
+    diff = (logp - old_logp).masked_fill(~mask, 0.0)
+    n = mask.sum(-1).to(diff.dtype).clamp(min=1.0)
+    return (diff.sum(-1) / n).clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
+
+
+def sequence_token_log_ratio(logp: torch.Tensor, old_logp: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """(B, T) GSPO-token: log s_it = lp - sg(lp) + sg(log s_i) (value log s_i, gradient d lp_it)."""
+    log_s = sequence_log_ratio(logp, old_logp, mask).detach()[:, None]  # (B, 1)
+    out = logp - logp.detach() + log_s
+    return out.masked_fill(~mask, 0.0)
+
+
+def _sequence_broadcast(logp, old_logp, mask):
+    return sequence_log_ratio(logp, old_logp, mask)[:, None].expand(mask.shape).masked_fill(~mask, 0.0)
+
+
+RATIO_LEVELS.register("token", RatioLevel(token_log_ratio, per_sequence=False))
+RATIO_LEVELS.register("sequence", RatioLevel(_sequence_broadcast, per_sequence=True))
+RATIO_LEVELS.register("sequence_token", RatioLevel(sequence_token_log_ratio, per_sequence=False))
+
+
+def policy_loss(
+    logp: torch.Tensor,
+    old_logp: torch.Tensor,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    ratio: str = "token",
+    eps_low: float = 0.2,
+    eps_high: float = 0.2,
+    dual_clip: Optional[float] = None,
+    agg: str = "token_mean",
+    max_len: Optional[int] = None,
+) -> Tuple[torch.Tensor, dict]:
+    """Clipped policy-gradient loss; see the module docstring for the formulas and aggregation.
+
+    Args:
+        logp: (B, T) log pi_theta(y_t | ...) of the sampled tokens, with grad.
+        old_logp: (B, T) behaviour-policy log-probs (treated as constants: detached here).
+        advantages: (B,) per-sequence or (B, T) per-token advantages (constants: detached here).
+        mask: (B, T) torch.bool; inputs under ~mask may be anything, even inf/nan.
+        ratio: "token" | "sequence" | "sequence_token".
+        eps_low: in [0, 1): lower clip bound 1 - eps_low.
+        eps_high: >= 0: upper clip bound 1 + eps_high.
+        dual_clip: None (off, the default) or c > 1: for A < 0 the loss is capped at -A c.
+        agg: aggregation mode (``algos.aggregate``); max_len: its L for seq_mean_token_sum_norm.
+
+    Returns:
+        (loss 0-dim, metrics) with detached 0-dim metrics
+          clipfrac_low / clipfrac_high: fraction of valid tokens (of sequences for ratio="sequence") where
+              the clipped branch is active: A < 0 and r < 1 - eps_low / A > 0 and r > 1 + eps_high;
+          ratio_mean, ratio_max, ratio_min: of r (of s_i for "sequence") over valid tokens;
+          dual_clip_frac: fraction of valid tokens where the dual clip is active (0 when off);
+          approx_kl: mean over valid tokens of k3 with x = old - lp, i.e. e^x - 1 - x, an estimate of
+              KL(pi_old || pi_theta) from the behaviour samples.
+        All metrics are 0 for an all-masked batch.
+    """
+    check_mask(mask)
+    check_float(logp, "logp", shape=mask.shape)
+    check_float(old_logp, "old_logp", shape=mask.shape)
+    check_float(advantages, "advantages")
+    if advantages.shape not in (mask.shape[:1], mask.shape):
+        raise ValueError(
+            f"advantages must have shape (B,) = {tuple(mask.shape[:1])} or (B, T) = {tuple(mask.shape)}, "
+            f"got {tuple(advantages.shape)}"
+        )
+    if ratio not in RATIO_LEVELS:
+        raise ValueError(f"ratio must be one of {list(RATIO_LEVELS.names())}, got {ratio!r}")
+    if agg not in AGGREGATION_MODES:
+        raise ValueError(f"agg must be one of {list(AGGREGATION_MODES.names())}, got {agg!r}")
+    if not 0.0 <= eps_low < 1.0:
+        raise ValueError(f"eps_low must be in [0, 1), got {eps_low}")
+    if not eps_high >= 0.0:
+        raise ValueError(f"eps_high must be >= 0, got {eps_high}")
+    if dual_clip is not None and not dual_clip > 1.0:
+        raise ValueError(f"dual_clip must be None or > 1, got {dual_clip}")
+
+    # garbage under the mask is replaced before any arithmetic, so it reaches neither value nor gradient
+    lp = logp.masked_fill(~mask, 0.0)
+    old = old_logp.detach().masked_fill(~mask, 0.0)
+    adv = advantages.detach()
+    if adv.dim() == 1:
+        adv = adv[:, None].expand(mask.shape)
+    adv = adv.masked_fill(~mask, 0.0)  # (B, T)
+
+    level = RATIO_LEVELS.get(ratio)
+    log_r = level.log_ratio(lp, old, mask)  # (B, T)
+    r = torch.exp(log_r)
+
+    pg_losses1 = -adv * r  # unclipped surrogate
+    pg_losses2 = -adv * torch.clamp(r, 1.0 - eps_low, 1.0 + eps_high)  # clipped surrogate
+    clip_pg_losses = torch.maximum(pg_losses1, pg_losses2)  # -min(r A, clip(r) A)
+    if dual_clip is not None:
+        pg_losses3 = -adv * dual_clip  # lower bound on the objective for A < 0
+        loss_mat = torch.where(adv < 0, torch.minimum(pg_losses3, clip_pg_losses), clip_pg_losses)
+    else:
+        loss_mat = clip_pg_losses
+    loss = aggregate(loss_mat, mask, agg, max_len)
+
+    with torch.no_grad():
+        unit = "seq_mean_token_mean" if level.per_sequence else "token_mean"
+        dtype = lp.dtype
+        rd = r.detach()
+        low = (adv < 0) & (rd < 1.0 - eps_low)
+        high = (adv > 0) & (rd > 1.0 + eps_high)
+        if dual_clip is not None:
+            dual_active = (adv < 0) & (pg_losses3 < clip_pg_losses.detach())
+        else:
+            dual_active = torch.zeros_like(mask)
+        x = old - lp.detach()  # log pi_old / pi_theta per token
+        x = x.clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
+        metrics = {
+            "clipfrac_low": aggregate(low.to(dtype), mask, unit),
+            "clipfrac_high": aggregate(high.to(dtype), mask, unit),
+            "ratio_mean": aggregate(rd, mask, unit),
+            "ratio_max": masked_max(rd, mask),
+            "ratio_min": masked_min(rd, mask),
+            "dual_clip_frac": masked_mean(dual_active.to(dtype), mask),
+            "approx_kl": masked_mean(torch.expm1(x) - x, mask),
+        }
+    return loss, metrics

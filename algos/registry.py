@@ -1,0 +1,91 @@
+"""Name -> implementation registries, one per component family.
+
+Each family has exactly one call signature, written in the registry's ``signature`` string, so the
+training loop calls any member the same way and never branches on a member's name:
+
+=====================  =====================================================================================
+registry               member signature
+=====================  =====================================================================================
+ADVANTAGE_ESTIMATORS   ``AdvantageEstimator(compute=fn(*, seq_rewards (B,), token_rewards (B,T), mask (B,T)
+                       bool, values (B,T)|None, group_size, cfg) -> (advantages (B,T), returns (B,T)|None),
+                       min_group_size: int, needs_values: bool)``
+AGGREGATION_MODES      ``fn(loss_mat (B,T), mask (B,T) bool, max_len: int|None) -> 0-dim loss``
+KL_ESTIMATORS          ``fn(logp (B,T), ref_logp (B,T), old_logp (B,T)|None) -> per-token KL (B,T)``
+RATIO_LEVELS           ``RatioLevel(log_ratio=fn(logp, old_logp, mask) -> (B,T), per_sequence: bool)``
+=====================  =====================================================================================
+
+Registration happens when the family's module is imported; ``import algos`` (which any ``import
+algos.<module>`` triggers first) imports them all, so the registries are always complete.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Dict, Iterator, Optional, Tuple
+
+
+class Registry:
+    """A small name -> object table.
+
+    - registering a name twice raises ``ValueError`` (no silent overwrite);
+    - looking up an unknown name raises ``ValueError`` listing the valid names.
+    """
+
+    def __init__(self, family: str, signature: str = "") -> None:
+        self.family = family
+        self.signature = signature
+        self._items: Dict[str, Any] = {}
+
+    def register(self, name: str, obj: Optional[Any] = None) -> Callable:
+        """``@REG.register("name")`` as a decorator, or ``REG.register("name", obj)`` directly."""
+        if not isinstance(name, str) or not name:
+            raise ValueError(f"name must be a non-empty str, got {name!r}")
+
+        def _add(o: Any) -> Any:
+            if name in self._items:
+                raise ValueError(f"{self.family} {name!r} is already registered")
+            self._items[name] = o
+            return o
+
+        return _add if obj is None else _add(obj)
+
+    def get(self, name: str) -> Any:
+        try:
+            return self._items[name]
+        except (KeyError, TypeError):
+            raise ValueError(
+                f"unknown {self.family} {name!r}; valid names: {', '.join(self.names())}"
+            ) from None
+
+    def names(self) -> Tuple[str, ...]:
+        return tuple(sorted(self._items))
+
+    def __contains__(self, name: object) -> bool:
+        try:
+            return name in self._items
+        except TypeError:  # unhashable
+            return False
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.names())
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def __repr__(self) -> str:
+        return f"Registry({self.family!r}, names={list(self.names())})"
+
+
+ADVANTAGE_ESTIMATORS = Registry(
+    "advantage estimator",
+    "AdvantageEstimator(compute=fn(*, seq_rewards (B,), token_rewards (B,T), mask (B,T) bool, "
+    "values (B,T)|None, group_size, cfg) -> (advantages (B,T), returns (B,T)|None), min_group_size, needs_values)",
+)
+AGGREGATION_MODES = Registry(
+    "aggregation mode", "fn(loss_mat (B,T), mask (B,T) bool, max_len int|None) -> 0-dim tensor"
+)
+KL_ESTIMATORS = Registry(
+    "kl estimator", "fn(logp (B,T), ref_logp (B,T), old_logp (B,T)|None) -> (B,T)"
+)
+RATIO_LEVELS = Registry(
+    "ratio level", "RatioLevel(log_ratio=fn(logp (B,T), old_logp (B,T), mask (B,T) bool) -> (B,T), per_sequence)"
+)
