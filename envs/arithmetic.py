@@ -222,6 +222,15 @@ class ArithmeticTask(Task):
             target=value,
         )
 
+    def make_problem(self, a: int, op: str, b: int, uid: str = "custom") -> Problem:
+        """A problem for given operands (tests, probes); difficulty is the digit count of the larger operand."""
+        for name, x in (("a", a), ("b", b)):
+            if isinstance(x, bool) or not isinstance(x, int) or x < 0:
+                raise ValueError(f"{name} must be a non-negative int, got {x!r}")
+        if op not in OPS:
+            raise ValueError(f"op: unknown op {op!r}; valid ops are {OPS}")
+        return self._make(uid, a, op, b, max(len(str(a)), len(str(b))))
+
     def _held_out(self, a: int, op: str, b: int) -> bool:
         return stable_hash("arithmetic|holdout|" + holdout_key(a, op, b)) % self.config.holdout_modulus == 0
 

@@ -21,8 +21,10 @@ and appends `<eos>` to targets. Any character outside the vocabulary encodes to 
 
 from __future__ import annotations
 
-from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
-from transformers import PreTrainedTokenizerFast
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerFast
 
 PAD_TOKEN = "<pad>"
 BOS_TOKEN = "<bos>"
@@ -58,6 +60,10 @@ def build_char_tokenizer(padding_side: str = "left") -> PreTrainedTokenizerFast:
     """
     if padding_side not in ("left", "right"):
         raise ValueError(f"padding_side must be 'left' or 'right', got {padding_side!r}")
+    # Imported here so that `import envs` (tasks, verifiers) stays light for analysis and reward workers.
+    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
     core = Tokenizer(models.WordLevel(vocab=dict(TOKEN_TO_ID), unk_token=UNK_TOKEN))
     # Every character (newlines included) becomes its own pre-token, so WordLevel sees single characters only.
     core.pre_tokenizer = pre_tokenizers.Split(Regex(r"[\s\S]"), behavior="isolated")
