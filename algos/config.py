@@ -191,7 +191,7 @@ class KLConfig:
 @dataclass(frozen=True)
 class ValueConfig:
     coef: float = 1.0
-    """weight of the value loss (gae only): compute_value_loss returns coef * loss."""
+    """weight of the value loss (gae only), applied by the training loop to compute_value_loss's loss."""
     cliprange: Optional[float] = 0.5
     """value clip: V_old +- cliprange (verl cliprange_value 0.5); None = unclipped."""
     lr_scale: float = 1.0
@@ -211,7 +211,7 @@ class FilterConfig:
     max_rounds: int = 10
     """dynamic sampling: give up refilling after this many generation rounds (verl DAPO recipe: 10)."""
     overlong_penalty: bool = False
-    """DAPO soft overlong punishment added to the reward (compute_advantages applies it)."""
+    """DAPO soft overlong punishment added to the reward (the training loop applies it after sampling)."""
     overlong_cache: int = 4
     """soft-punishment zone L_cache in tokens (DAPO: 4096 of 20480; scaled to our short responses)."""
     overlong_factor: float = 1.0

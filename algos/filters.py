@@ -1,9 +1,8 @@
 """DAPO's filters and reward shaping (Yu et al. 2025, arXiv 2503.14476, sec. 3.2 and 3.4).
 
 These act on the batch, not on the loss formula, so the training loop calls them where its data flow says:
-``dynamic_sampling_keep`` before building the training batch, ``overlong_penalty`` on the rewards
-(``compute_advantages`` applies it when ``FilterConfig.overlong_penalty`` is on), ``overlong_filter`` on the
-loss mask handed to ``compute_loss``.
+``overlong_penalty`` on the rewards right after sampling (so dynamic sampling sees the shaped rewards),
+``dynamic_sampling_keep`` before building the training batch, ``overlong_filter`` on the loss mask.
 """
 
 from __future__ import annotations

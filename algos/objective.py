@@ -1,22 +1,23 @@
 """The one entry point the training loop calls: advantages, policy(+KL, +entropy) loss, value loss.
 
-    adv, returns, m1 = compute_advantages(cfg, rewards=R, mask=response_mask, values=V, old_logp=old,
+    adv, returns, m1 = compute_advantages(cfg, rewards=R, mask=mask, values=V, old_logp=old,
                                           ref_logp=ref, max_len=max_new_tokens)
     loss, m2 = compute_loss(cfg, logp=lp, old_logp=old, advantages=adv, mask=loss_mask, ref_logp=ref,
                             entropy=H, max_len=max_new_tokens)
     vloss, m3 = compute_value_loss(cfg, values=V_new, old_values=V, returns=returns, mask=loss_mask)
+    (cfg.value.coef * vloss).backward()   # the loop applies the coefficient
 
 Nothing here branches on a preset or component name: components come from the registries, and the only
 branches are on config fields (KL placement, whether a coefficient is non-zero).
 
-Masks: ``compute_advantages`` takes the *response* mask (every generated token: reward shaping sees the
-full response); ``compute_loss`` / ``compute_value_loss`` take the *loss* mask, which may additionally have
-rows removed by ``algos.filters.overlong_filter``. Advantages are constants: ``compute_advantages`` runs
+Masks: all three take (B, T) torch.bool masks. The mask may already have whole rows removed by
+``algos.filters.overlong_filter``: such a row gets advantage 0 at every position, its reward still enters
+its group's mean/std (the filter removes a response from the loss, not from the baseline), and
+``aggregate`` leaves it out of the sequence count. Advantages are constants: ``compute_advantages`` runs
 under ``torch.no_grad()``.
 
-``max_len`` (the sampler's maximum response length) is the L of DAPO's overlong penalty in
-``compute_advantages`` and of the seq_mean_token_sum_norm aggregation in the losses; a set
-``cfg.loss.max_len`` takes precedence over the argument for the aggregation.
+``max_len`` (the sampler's maximum response length) is the L of the seq_mean_token_sum_norm aggregation in
+the losses; a set ``cfg.loss.max_len`` takes precedence over the argument.
 
 Every metric key is documented in ``METRIC_DOCS``; values are detached 0-dim tensors (no ``.item()`` here:
 the caller decides when to sync).
@@ -32,7 +33,6 @@ from algos._checks import check_float, check_group_size, check_mask, masked_mean
 from algos.advantages import group_stats, value_loss
 from algos.aggregate import aggregate
 from algos.config import ObjectiveConfig
-from algos.filters import overlong_penalty
 from algos.kl import estimate
 from algos.policy import policy_loss
 from algos.registry import ADVANTAGE_ESTIMATORS
@@ -44,7 +44,6 @@ METRIC_DOCS: Dict[str, str] = {
     "reward_mean": "mean of the input rewards R (before any shaping)",
     "pass_rate": "fraction of responses with input reward >= 0.5",
     "zero_var_frac": "fraction of groups whose shaped rewards are all equal (zero advantage, no signal)",
-    "overlong_penalty_mean": "mean DAPO soft overlong penalty added to R (0 when off)",
     "kl_in_reward_mean": "mean over valid tokens of the per-token KL estimate k(old, ref) placed in the reward "
     "(before beta; 0 when off)",
     "adv_mean": "mean advantage over valid tokens",
@@ -64,7 +63,7 @@ METRIC_DOCS: Dict[str, str] = {
     "entropy": "aggregated per-token entropy (when an entropy tensor is given)",
     "loss": "the total returned loss: policy_loss + beta kl_loss - entropy_coef entropy",
     # compute_value_loss
-    "value_loss": "clipped value loss, aggregated, before value.coef",
+    "value_loss": "clipped value loss, aggregated (value.coef is applied by the training loop)",
     "value_clipfrac": "fraction of valid tokens where the clipped value loss is the larger term",
     "value_mean": "mean value prediction over valid tokens",
     "value_explained_var": "1 - Var[R - V] / Var[R] over valid tokens (0 when Var[R] = 0)",
@@ -86,18 +85,19 @@ def compute_advantages(
     ref_logp: Optional[torch.Tensor] = None,
     max_len: Optional[int] = None,
 ) -> Tuple[torch.Tensor, Optional[torch.Tensor], Dict[str, torch.Tensor]]:
-    """Reward shaping, then the configured advantage estimator, broadcast to tokens.
+    """KL-in-reward shaping, then the configured advantage estimator, broadcast to tokens.
 
-    1. DAPO soft overlong punishment when ``cfg.filters.overlong_penalty``: R_i += penalty(|y_i|), with
-       |y_i| = valid tokens of row i and L_max = ``max_len`` (required then).
-    2. KL in the reward when ``cfg.kl.placement == "reward"`` and beta > 0, with k_t = estimate(old, ref)
+    The DAPO overlong penalty is *not* applied here: the training loop adds ``algos.filters.overlong_penalty``
+    to the rewards when it samples (before dynamic sampling looks at them), so ``rewards`` arrive shaped.
+
+    1. KL in the reward when ``cfg.kl.placement == "reward"`` and beta > 0, with k_t = estimate(old, ref)
        (the behaviour policy's tokens):
          group estimators: R_i - beta sum_t m_t k_t before normalisation (verl use_kl_in_reward);
          gae: per-token reward -beta k_t at each valid token plus R_i on the last valid token
               (OpenRLHF / classic RLHF).
        Both views come from one construction: token_rewards = R_i at the last valid token - beta k_t, and
        seq_rewards = sum_t token_rewards.
-    3. The estimator from ``ADVANTAGE_ESTIMATORS``; per-sequence advantages are broadcast to valid tokens.
+    2. The estimator from ``ADVANTAGE_ESTIMATORS``; per-sequence advantages are broadcast to valid tokens.
 
     Args:
         cfg: ObjectiveConfig.
@@ -105,7 +105,7 @@ def compute_advantages(
         mask: (B, T) torch.bool response mask.
         values: (B, T) critic values (required by gae).
         old_logp, ref_logp: (B, T) behaviour / reference log-probs (required for KL in the reward).
-        max_len: L_max of the overlong penalty (the sampler's maximum response length).
+        max_len: accepted for signature symmetry with ``compute_loss``; no current estimator uses it.
 
     Returns:
         advantages (B, T) (0 at masked positions), returns (B, T) for gae else None, metrics.
@@ -127,18 +127,7 @@ def compute_advantages(
         "pass_rate": (R >= 0.5).to(R.dtype).mean(),
     }
 
-    # 1. DAPO soft overlong punishment
-    if cfg.filters.overlong_penalty:
-        if max_len is None:
-            raise ValueError("max_len (the maximum response length) is required when filters.overlong_penalty is on")
-        pen = overlong_penalty(mask.sum(-1), max_len, cfg.filters.overlong_cache, cfg.filters.overlong_factor)
-        pen = pen.to(R.dtype)
-        R = R + pen
-        metrics["overlong_penalty_mean"] = pen.mean()
-    else:
-        metrics["overlong_penalty_mean"] = R.new_zeros(())
-
-    # 2. KL in the reward (per token; zero when off)
+    # 1. KL in the reward (per token; zero when off)
     kl_tok = torch.zeros(mask.shape, dtype=R.dtype, device=R.device)  # (B, T)
     if cfg.kl.placement == "reward" and cfg.kl.beta > 0:
         if old_logp is None or ref_logp is None:
@@ -161,7 +150,7 @@ def compute_advantages(
     else:
         metrics["zero_var_frac"] = R.new_zeros(())
 
-    # 3. the advantage estimator (one signature for every member)
+    # 2. the advantage estimator (one signature for every member)
     advantages, returns = est.compute(
         seq_rewards=seq_rewards,
         token_rewards=token_rewards,
@@ -262,12 +251,15 @@ def compute_value_loss(
     mask: torch.Tensor,
     max_len: Optional[int] = None,
 ) -> Tuple[torch.Tensor, Dict[str, torch.Tensor]]:
-    """value.coef * clipped value loss (``algos.advantages.value_loss``), aggregated with ``cfg.loss.agg``
-    (the critic uses the actor's aggregation mode, as verl's default does) and clip ``cfg.value.cliprange``.
+    """Clipped value loss (``algos.advantages.value_loss``) with clip ``cfg.value.cliprange``, aggregated
+    with ``cfg.loss.agg`` (the critic uses the actor's aggregation mode, as verl's default does).
+
+    The returned loss is *not* multiplied by ``cfg.value.coef``: the critic has its own optimizer in the
+    training loop, which applies the coefficient (and ``value.lr_scale``) itself.
 
     Args: values (B, T) with grad; old_values, returns (B, T) (constants); mask (B, T) torch.bool;
         max_len for seq_mean_token_sum_norm when cfg.loss.max_len is None.
-    Returns: (coef * loss, metrics) -- metrics hold the unscaled ``value_loss``.
+    Returns: (loss, metrics).
     """
     loss, metrics = value_loss(
         values,
@@ -278,4 +270,4 @@ def compute_value_loss(
         cfg.loss.agg,
         _loss_max_len(cfg, max_len),
     )
-    return cfg.value.coef * loss, metrics
+    return loss, metrics
