@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
+from types import MappingProxyType
 
 from .arithmetic import ArithmeticConfig, ArithmeticTask
 from .base import Problem, RewardResult, Task
@@ -32,6 +33,8 @@ from .tokenizer import (
 
 # name -> (config class, task constructor taking that config)
 _REGISTRY: dict[str, tuple[type, Callable[[object], Task]]] = {}
+TASKS = MappingProxyType(_REGISTRY)
+"""Read-only live view of the registry: task name -> (config class, factory)."""
 
 
 def register_task(name: str, config_cls: type, factory: Callable[[object], Task]) -> None:
@@ -101,6 +104,7 @@ __all__ = [
     "RewardResult",
     "SafeEvalLimits",
     "SafeEvalResult",
+    "TASKS",
     "Task",
     "build_char_tokenizer",
     "make_task",

@@ -23,7 +23,8 @@ is "a<op>b" with the operands sorted for the commutative + and * (so 3+5 and 5+3
 draws that land on a held-out problem redraw the operands (same difficulty and op, so the mixture is exact). The
 eval set is a fixed sample of the held-out pool, `eval_per_difficulty` problems for every difficulty 1..max_digits
 (split evenly over ops), so it is disjoint from every training problem of every seed and does not depend on the
-data seed. With the default modulus 4 about a quarter of the 100 one-digit pairs are held out and three quarters
+data seed. It is ordered round-robin over difficulties (and over ops within a difficulty), so any prefix of it is
+balanced too. With the default modulus 4 about a quarter of the 100 one-digit pairs are held out and three quarters
 stay for training. The eval set covers every difficulty up to max_digits even when the training mixture gives some
 of them weight 0, which measures length generalisation.
 """
@@ -55,16 +56,24 @@ _ENUMERATE_LIMIT = 100_000
 _MAX_REDRAWS = 10_000
 
 
-def _normalize_weights(value: object) -> tuple[tuple[int, float], ...]:
-    """Mapping or (difficulty, weight) pairs -> sorted tuple of pairs. Keys may be ints or digit strings (JSON)."""
+def _normalize_weights(value: object, first: int) -> tuple[tuple[int, float], ...]:
+    """Difficulty weights -> sorted tuple of (difficulty, weight) pairs.
+
+    Accepted forms: a mapping {difficulty: weight} (keys may be digit strings, as JSON writes them), a sequence of
+    (difficulty, weight) pairs, or a flat sequence of numbers giving the weights of difficulties first, first+1, ...
+    (the form a YAML list takes).
+    """
     if isinstance(value, Mapping):
         items = list(value.items())
     elif isinstance(value, Sequence) and not isinstance(value, str):
-        items = []
-        for pair in value:
-            if not (isinstance(pair, Sequence) and not isinstance(pair, str) and len(pair) == 2):
-                raise ValueError(f"difficulty_weights: expected (difficulty, weight) pairs, got {pair!r}")
-            items.append((pair[0], pair[1]))
+        if all(isinstance(w, (int, float)) and not isinstance(w, bool) for w in value):
+            items = [(first + i, w) for i, w in enumerate(value)]
+        else:
+            items = []
+            for pair in value:
+                if not (isinstance(pair, Sequence) and not isinstance(pair, str) and len(pair) == 2):
+                    raise ValueError(f"difficulty_weights: expected numbers or (difficulty, weight) pairs, got {pair!r}")
+                items.append((pair[0], pair[1]))
     else:
         raise ValueError(f"difficulty_weights must be a mapping difficulty -> weight, got {value!r}")
     out: dict[int, float] = {}
@@ -81,6 +90,27 @@ def _normalize_weights(value: object) -> tuple[tuple[int, float], ...]:
     return tuple(sorted(out.items()))
 
 
+def _normalize_ops(value: object, valid: tuple[str, ...]) -> tuple[str, ...]:
+    """A sequence of ops, or a string of op characters ("+-*" as a config file writes it) -> tuple of ops."""
+    ops = tuple(value) if isinstance(value, (str, Sequence)) else None
+    if not ops:
+        raise ValueError(f"ops must be a non-empty sequence of {valid}, got {value!r}")
+    for op in ops:
+        if op not in valid:
+            raise ValueError(f"ops: unknown op {op!r}; valid ops are {valid}")
+    if len(set(ops)) != len(ops):
+        raise ValueError(f"ops: duplicate op in {value!r}")
+    return ops
+
+
+def _interleave(groups: Sequence[Sequence]) -> list:
+    """Round-robin merge: [[a1, a2], [b1], [c1, c2]] -> [a1, b1, c1, a2, c2]. Any prefix stays balanced."""
+    out = []
+    for i in range(max((len(g) for g in groups), default=0)):
+        out.extend(g[i] for g in groups if i < len(g))
+    return out
+
+
 @dataclass(frozen=True)
 class ArithmeticConfig:
     """Settings of the arithmetic task. Lists and dicts are accepted and stored as tuples (hashable, frozen)."""
@@ -88,9 +118,10 @@ class ArithmeticConfig:
     max_digits: int = 3
     """Largest difficulty (operand digits). The eval set covers 1..max_digits."""
     ops: tuple[str, ...] = ("+",)
-    """Operations drawn uniformly: any non-empty subset of "+", "-", "*"."""
+    """Operations drawn uniformly: any non-empty subset of "+", "-", "*" (a string "+-*" is accepted)."""
     difficulty_weights: tuple[tuple[int, float], ...] = ((1, 0.25), (2, 0.5), (3, 0.25))
-    """Training mixture over difficulties, as (difficulty, weight) pairs or a mapping; normalised by the sum."""
+    """Training mixture over difficulties: a mapping, (difficulty, weight) pairs, or a flat list of weights of
+    difficulties 1, 2, ...; normalised by the sum."""
     reverse_answer: bool = True
     """Write the answer's digits least significant first (see module docstring)."""
     filler_max: int = 0
@@ -107,18 +138,8 @@ class ArithmeticConfig:
     def __post_init__(self) -> None:
         _set = object.__setattr__  # normalise in place on a frozen dataclass
         _check_int("max_digits", self.max_digits, low=1, high=18)
-        ops = self.ops
-        if isinstance(ops, str):
-            ops = (ops,)
-        if not isinstance(ops, Sequence) or len(ops) == 0:
-            raise ValueError(f"ops must be a non-empty sequence of {OPS}, got {self.ops!r}")
-        for op in ops:
-            if op not in OPS:
-                raise ValueError(f"ops: unknown op {op!r}; valid ops are {OPS}")
-        if len(set(ops)) != len(ops):
-            raise ValueError(f"ops: duplicate op in {self.ops!r}")
-        _set(self, "ops", tuple(ops))
-        weights = _normalize_weights(self.difficulty_weights)
+        _set(self, "ops", _normalize_ops(self.ops, OPS))
+        weights = _normalize_weights(self.difficulty_weights, first=1)
         for k, _ in weights:
             if not 1 <= k <= self.max_digits:
                 raise ValueError(
@@ -256,8 +277,9 @@ class ArithmeticTask(Task):
 
     def _build_eval_set(self) -> list[Problem]:
         cfg = self.config
-        chosen: list[tuple[int, str, int, int]] = []  # (difficulty, op, a, b)
+        per_difficulty: list[list[tuple[int, str, int, int]]] = []  # (difficulty, op, a, b)
         for d in self.difficulties:
+            per_op: list[list[tuple[int, str, int, int]]] = []
             lo, hi = operand_range(d)
             n_values = hi - lo + 1
             for j, op in enumerate(cfg.ops):
@@ -276,7 +298,10 @@ class ArithmeticTask(Task):
                         if (a, b) not in seen and self._held_out(a, op, b):
                             seen.add((a, b))
                             pairs.append((a, b))
-                chosen.extend((d, op, a, b) for a, b in pairs)
+                per_op.append([(d, op, a, b) for a, b in pairs])
+            per_difficulty.append(_interleave(per_op))
+        # Interleaved (d1, d2, d3, d1, ...) so that a prefix of the eval set is still balanced.
+        chosen = _interleave(per_difficulty)
         return [self._make(f"{self.name}:eval:{k:04d}", a, op, b, d) for k, (d, op, a, b) in enumerate(chosen)]
 
     # ---------------------------------------------------------------------------------------------- verifier

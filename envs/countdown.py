@@ -16,7 +16,8 @@ answer and SFT target, so every problem is solvable.
 
 Held-out rule: crc32("countdown|holdout|" + sorted numbers + "|" + target) % holdout_modulus == 0; training
 draws that land in the held-out pool are redrawn at the same difficulty. The eval set samples
-`eval_per_difficulty` problems of the pool per difficulty (fewer when the pool of a tiny space is smaller).
+`eval_per_difficulty` problems of the pool per difficulty (fewer when the pool of a tiny space is smaller),
+ordered round-robin over difficulties so that any prefix is balanced too.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 
-from .arithmetic import _check_int, _normalize_weights
+from .arithmetic import _check_int, _interleave, _normalize_ops, _normalize_weights
 from .base import (
     DEFAULT_MAX_COMPLETION_CHARS,
     Problem,
@@ -60,7 +61,8 @@ class CountdownConfig:
     ops: tuple[str, ...] = ("+", "-", "*")
     """Operations the generator uses (the verifier accepts all of + - * / regardless)."""
     difficulty_weights: tuple[tuple[int, float], ...] = ((2, 0.25), (3, 0.5), (4, 0.25))
-    """Training mixture over number counts, as (count, weight) pairs or a mapping."""
+    """Training mixture over number counts: a mapping, (count, weight) pairs, or a flat list of weights of counts
+    min_numbers, min_numbers+1, ..."""
     format_reward: float = 0.0
     """Reward of a legal, finished expression with the wrong value (0 <= format_reward < 1)."""
     holdout_modulus: int = 4
@@ -76,16 +78,8 @@ class CountdownConfig:
         _check_int("max_numbers", self.max_numbers, low=self.min_numbers, high=8)
         _check_int("max_number", self.max_number, low=1, high=999)
         _check_int("max_target", self.max_target, low=1, high=10**6)
-        ops = (self.ops,) if isinstance(self.ops, str) else self.ops
-        if not isinstance(ops, Sequence) or len(ops) == 0:
-            raise ValueError(f"ops must be a non-empty sequence of {OPS}, got {self.ops!r}")
-        for op in ops:
-            if op not in OPS:
-                raise ValueError(f"ops: unknown op {op!r}; valid ops are {OPS}")
-        if len(set(ops)) != len(ops):
-            raise ValueError(f"ops: duplicate op in {self.ops!r}")
-        _set(self, "ops", tuple(ops))
-        weights = _normalize_weights(self.difficulty_weights)
+        _set(self, "ops", _normalize_ops(self.ops, OPS))
+        weights = _normalize_weights(self.difficulty_weights, first=self.min_numbers)
         for k, _ in weights:
             if not self.min_numbers <= k <= self.max_numbers:
                 raise ValueError(
@@ -184,8 +178,9 @@ class CountdownTask(Task):
 
     def eval_set(self) -> list[Problem]:
         if self._eval_cache is None:
-            chosen: list[tuple[tuple[int, ...], int, str]] = []
+            per_difficulty: list[list[tuple[tuple[int, ...], int, str]]] = []
             for d in self.difficulties:
+                chosen: list[tuple[tuple[int, ...], int, str]] = []
                 rng = random.Random(f"{self.name}|eval|{d}")
                 seen: set[tuple[tuple[int, ...], int]] = set()
                 found = 0
@@ -200,8 +195,11 @@ class CountdownTask(Task):
                         seen.add(key)
                         chosen.append(drawn)
                         found += 1
+                per_difficulty.append(chosen)
+            # Interleaved over difficulties so that a prefix of the eval set is still balanced.
             self._eval_cache = tuple(
-                self._make(f"{self.name}:eval:{k:04d}", *drawn) for k, drawn in enumerate(chosen)
+                self._make(f"{self.name}:eval:{k:04d}", *drawn)
+                for k, drawn in enumerate(_interleave(per_difficulty))
             )
         return list(self._eval_cache)
 

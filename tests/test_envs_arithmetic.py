@@ -304,3 +304,12 @@ def test_spec_round_trip():
     assert isinstance(rebuilt, ArithmeticTask)
     assert rebuilt.config == task.config
     assert rebuilt.problem_at(0, 9) == task.problem_at(0, 9)
+
+
+def test_eval_set_prefix_is_balanced():
+    task = make_task("arithmetic", ops="+-*")
+    ev = task.eval_set()
+    assert [p.difficulty for p in ev[:6]] == [1, 2, 3, 1, 2, 3]
+    prefix = ev[:36]
+    assert Counter(p.difficulty for p in prefix) == {1: 12, 2: 12, 3: 12}
+    assert Counter(p.op for p in prefix) == {"+": 12, "-": 12, "*": 12}

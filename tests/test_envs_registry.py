@@ -10,6 +10,7 @@ from envs.arithmetic import ArithmeticConfig, ArithmeticTask
 
 def test_names():
     assert task_names() == ("arithmetic", "countdown")
+    assert sorted(envs.TASKS) == ["arithmetic", "countdown"]
 
 
 def test_unknown_task_lists_valid_names():
@@ -31,6 +32,11 @@ def test_unknown_setting_is_named():
         ({"ops": ["/"]}, "ops"),
         ({"ops": []}, "ops"),
         ({"ops": ["+", "+"]}, "ops"),
+        ({"ops": "+/"}, "ops"),
+        ({"ops": ""}, "ops"),
+        ({"ops": 3}, "ops"),
+        ({"difficulty_weights": [1, 1, 1, 1]}, "difficulty_weights"),
+        ({"difficulty_weights": [[1, 1], 2]}, "difficulty_weights"),
         ({"difficulty_weights": {1: 0, 2: 0}}, "difficulty_weights"),
         ({"difficulty_weights": {1: -1, 2: 2}}, "difficulty_weights"),
         ({"difficulty_weights": {4: 1}}, "difficulty_weights"),
@@ -70,6 +76,11 @@ def test_yaml_and_json_values_are_accepted():
     assert task.config.ops == ("+", "-")
     assert task.config.difficulty_weights == ((1, 1.0), (2, 1.0))
     assert hash(task.config) == hash(ArithmeticConfig(ops=("+", "-"), difficulty_weights=((1, 1), (2, 1)), max_digits=2))
+    # A string of op characters and a flat list of weights for difficulties 1, 2, ... (config-file forms).
+    flat = make_task("arithmetic", ops="+-", difficulty_weights=[1, 1], max_digits=2)
+    assert flat.config == task.config
+    cd = make_task("countdown", difficulty_weights=[0, 1, 3])
+    assert cd.config.difficulty_weights == ((2, 0.0), (3, 1.0), (4, 3.0))
 
 
 @pytest.mark.parametrize("name", ["arithmetic", "countdown"])
