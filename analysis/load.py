@@ -366,13 +366,9 @@ def _load_one(d: Path, include_incomplete: bool) -> tuple[dict | None, str | Non
         _warn(f"run {run!r} has no 'done' file; loaded anyway (include_incomplete=True)")
 
     row: dict[str, Any] = {"run": run, "arm": str(arm), "seed": seed, "complete": complete, "path": str(d)}
-    for k, v in meta.items():
-        if k in ("run", "arm", "seed"):
-            continue
-        if k == "versions" and isinstance(v, dict):
-            row.update({f"meta.versions.{vk}": vv for vk, vv in v.items()})
-        else:
-            row[f"meta.{k}"] = v
+    rest = {k: v for k, v in meta.items() if k not in ("run", "arm", "seed")}
+    if rest:
+        row.update(pd.json_normalize(rest, sep=".").add_prefix("meta.").iloc[0].to_dict())
     if cfg:
         flat = pd.json_normalize(cfg, sep=".").iloc[0].to_dict()
         row.update({k: v for k, v in flat.items() if k not in row})

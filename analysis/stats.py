@@ -348,6 +348,7 @@ def mean_ci_over_seeds(
     smooth: int | None = None,
     interpolate: bool | None = None,
     grid_points: int | None = None,
+    coverage: str = "all",
 ) -> pd.DataFrame:
     """Learning curve per group: the mean over runs at each x, with a bootstrap CI over runs.
 
@@ -362,9 +363,11 @@ def mean_ci_over_seeds(
             ``None`` (default) = no smoothing.
         interpolate: linearly interpolate each run onto a common grid of x before averaging. Default
             (``None``): True when ``x != "step"``, because generated-token counts differ between runs at the
-            same step, so runs must be compared at equal budgets. The grid spans the union of the runs'
-            ranges; a run contributes only inside its own range (no extrapolation), so ``n`` can vary along x.
+            same step, so runs must be compared at equal budgets. Runs are never extrapolated.
         grid_points: grid size when interpolating; default: the largest number of points of any run.
+        coverage: extent of the interpolation grid of a group. ``"all"`` (default): the x range that every run
+            of the group covers, so each point averages all runs at the same budget (a run that stopped early
+            shortens its group's curve). ``"any"``: the union of the ranges; ``n`` then drops at the ends.
         confidence, n_resamples, seed: bootstrap settings (percentile interval, resampling runs).
 
     Returns:
@@ -375,6 +378,8 @@ def mean_ci_over_seeds(
     if "metric" in df.columns and df["metric"].nunique() > 1:
         raise ValueError(f"mean_ci_over_seeds expects one metric, got {sorted(df['metric'].unique())}")
     _check_confidence(confidence)
+    if coverage not in ("all", "any"):
+        raise ValueError(f"coverage must be 'all' or 'any', got {coverage!r}")
     if interpolate is None:
         interpolate = x != "step"
     data = df[[by, unit, x, value]].dropna()
@@ -389,7 +394,7 @@ def mean_ci_over_seeds(
         if smooth and smooth > 1:
             wide = wide.apply(lambda col: col.dropna().rolling(smooth, min_periods=1).mean())
         if interpolate:
-            wide = _interpolate_to_grid(wide, grid_points)
+            wide = _interpolate_to_grid(wide, grid_points, coverage)
         mat = wide.to_numpy(dtype=float).T  # (n_units, n_x)
         mean, low, high, n = _column_ci(mat, confidence, n_resamples, seed)
         part = pd.DataFrame({by: group, x: wide.index.to_numpy(), "mean": mean, "low": low, "high": high, "n": n})
@@ -397,20 +402,28 @@ def mean_ci_over_seeds(
     return pd.concat(parts, ignore_index=True)[out_cols]
 
 
-def _interpolate_to_grid(wide: pd.DataFrame, grid_points: int | None) -> pd.DataFrame:
-    cols = {}
-    lo, hi, npts = np.inf, -np.inf, 0
-    for u in wide.columns:
-        col = wide[u].dropna()
-        lo, hi, npts = min(lo, col.index.min()), max(hi, col.index.max()), max(npts, len(col))
+def _interpolate_to_grid(wide: pd.DataFrame, grid_points: int | None, coverage: str) -> pd.DataFrame:
+    """Columns (units) of ``wide`` interpolated onto a common grid of the index; NaN outside each unit's range."""
+    cols = [wide[u].dropna() for u in wide.columns]
+    cols = [c for c in cols if len(c)]
+    starts = [float(c.index.min()) for c in cols]
+    ends = [float(c.index.max()) for c in cols]
+    npts = max(len(c) for c in cols)
+    lo, hi = (max(starts), min(ends)) if coverage == "all" else (min(starts), max(ends))
+    if hi < lo:  # the runs' ranges do not overlap: nothing is covered by all of them
+        return pd.DataFrame(columns=wide.columns, index=pd.Index([], name=wide.index.name), dtype=float)
     grid = np.linspace(lo, hi, grid_points or max(npts, 2)) if hi > lo else np.array([lo])
+    out = {}
     for u in wide.columns:
         col = wide[u].dropna()
+        if col.empty:
+            out[u] = np.full(grid.shape, np.nan)
+            continue
         cx, cy = col.index.to_numpy(dtype=float), col.to_numpy(dtype=float)
         y = np.interp(grid, cx, cy)
         y[(grid < cx.min()) | (grid > cx.max())] = np.nan  # no extrapolation
-        cols[u] = y
-    return pd.DataFrame(cols, index=pd.Index(grid, name=wide.index.name))
+        out[u] = y
+    return pd.DataFrame(out, index=pd.Index(grid, name=wide.index.name))
 
 
 def _column_ci(mat: np.ndarray, confidence: float, n_resamples: int, seed):

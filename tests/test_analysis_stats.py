@@ -188,12 +188,17 @@ def test_mean_ci_over_seeds_ragged_runs_and_single_seed():
 
 
 def test_mean_ci_over_seeds_tokens_interpolates_to_common_budget():
+    # run s reaches value step + s at tokens 100 step + 10 s, i.e. value = tokens/100 + 0.9 s on its range
+    # [100 + 10 s, 300 + 10 s]; the mean over s = 0, 1, 2 is tokens/100 + 0.9
     out = mean_ci_over_seeds(_curves_frame(), x="tokens", n_resamples=200, grid_points=5)
     a = out[out.arm == "a"]
-    # run s reaches value step + s at tokens 100 step + 10 s, i.e. value = tokens/100 + 0.9 s on its range
-    mid = a[(a.tokens > 125) & (a.tokens < 300)]
-    assert (mid["n"] == 3).all()
-    np.testing.assert_allclose(mid["mean"], mid["tokens"] / 100 + 0.9)
+    np.testing.assert_allclose(a["tokens"], [120, 165, 210, 255, 300])  # range covered by all three runs
+    assert (a["n"] == 3).all()
+    np.testing.assert_allclose(a["mean"], a["tokens"] / 100 + 0.9)
+    union = mean_ci_over_seeds(_curves_frame(), x="tokens", n_resamples=200, grid_points=12, coverage="any")
+    ua = union[union.arm == "a"]
+    assert ua["tokens"].min() == 100 and ua["tokens"].max() == 320
+    assert ua["n"].iloc[0] == 1 and ua["n"].iloc[-1] == 1 and ua["n"].max() == 3
 
 
 def test_mean_ci_over_seeds_checks_columns():

@@ -1,0 +1,243 @@
+"""Figures. Every function here only draws numbers computed elsewhere (analysis.stats, analysis.report) and
+returns ``(fig, ax)`` or ``(fig, axes)``.
+
+- Colours: one per arm, fixed by the arm order of the sweep (``arm_colors``), so an arm has the same colour in
+  every figure of a report, also when some arm has no runs.
+- Figures are built with ``matplotlib.figure.Figure`` and never through ``pyplot``: they render with the Agg
+  (PNG) canvas whatever backend the session uses, need no display, do not switch a notebook's backend, and are
+  not kept alive by pyplot's figure manager (no leak over many calls). ``fig.savefig(path)`` writes them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Mapping, Sequence
+
+import matplotlib
+import numpy as np
+import pandas as pd
+from matplotlib.figure import Figure
+from matplotlib.ticker import EngFormatter
+
+__all__ = [
+    "Panel",
+    "TRAINING_PANELS",
+    "X_LABELS",
+    "arm_colors",
+    "draw_curves",
+    "plot_curves",
+    "plot_panels",
+    "plot_final",
+]
+
+X_LABELS = {"step": "training step", "tokens": "generated tokens"}
+"""Axis label (with unit) for each x column."""
+
+
+@dataclass(frozen=True)
+class Panel:
+    """One learning-curve panel: the first of ``keys`` that was logged is drawn.
+
+    Attributes:
+        title: panel title (the metric key actually drawn is appended).
+        keys: candidate metric keys, in order of preference (e.g. exact KL, else the k3 estimate).
+        ylabel: y-axis label with unit.
+        source: ``"metrics"`` (metrics.jsonl, every step) or ``"evals"`` (eval.jsonl).
+        ylim: fixed y limits, or None for automatic.
+    """
+
+    title: str
+    keys: tuple[str, ...]
+    ylabel: str
+    source: str = "metrics"
+    ylim: tuple[float, float] | None = None
+
+
+ACC_LIM = (-0.02, 1.02)
+TRAINING_PANELS: tuple[Panel, ...] = (
+    Panel("training reward accuracy", ("reward/acc",), "accuracy (fraction)", ylim=ACC_LIM),
+    Panel("eval accuracy (held-out, greedy)", ("eval/acc",), "accuracy (fraction)", "evals", ACC_LIM),
+    Panel("length of correct responses", ("length/correct",), "length (tokens)"),
+    Panel("length of incorrect responses", ("length/incorrect",), "length (tokens)"),
+    Panel("policy entropy", ("policy/entropy",), "entropy (nats/token)"),
+    Panel("KL to reference", ("kl/exact", "kl/k3", "kl/k1", "kl/k2"), "KL (nats/token)"),
+    Panel("clipped tokens, ratio < 1 - eps_low", ("policy/clipfrac_low",), "fraction of tokens"),
+    Panel("clipped tokens, ratio > 1 + eps_high", ("policy/clipfrac_high",), "fraction of tokens"),
+    Panel("groups with zero reward variance", ("adv/zero_var_frac",), "fraction of groups"),
+)
+"""The default learning-curve panels of the report."""
+
+
+def arm_colors(arms: Sequence[str]) -> dict[str, tuple]:
+    """Fixed colour per arm from its position in ``arms`` (the sweep's arm order): tab10, or tab20 beyond 10."""
+    cmap = matplotlib.colormaps["tab10" if len(arms) <= 10 else "tab20"]
+    return {a: cmap(i % cmap.N) for i, a in enumerate(arms)}
+
+
+def _legend_label(arm: str, n: int | None) -> str:
+    return f"{arm} (n={n})" if n is not None else arm
+
+
+def draw_curves(ax, curves: pd.DataFrame, colors: Mapping[str, tuple], x: str = "step", by: str = "arm",
+                markers: bool = False, band_alpha: float = 0.2) -> list:
+    """Draw mean lines and CI bands on ``ax``; returns the line handles.
+
+    Data contract: ``curves`` has columns ``[by, x, "mean", "low", "high", "n"]`` (the output of
+    ``analysis.stats.mean_ci_over_seeds``); groups are drawn in the order of ``colors``, groups missing from
+    ``colors`` after them in grey. Bands are drawn where n >= 2.
+    """
+    handles = []
+    groups = [g for g in colors if g in set(curves[by])] + [g for g in pd.unique(curves[by]) if g not in colors]
+    for g in groups:
+        c = curves[curves[by] == g].sort_values(x)
+        color = colors.get(g, (0.5, 0.5, 0.5, 1.0))
+        (line,) = ax.plot(c[x], c["mean"], color=color, lw=1.6, marker="o" if markers else None, ms=3,
+                          label=_legend_label(str(g), int(c["n"].max())))
+        band = c[c["n"] >= 2]
+        if not band.empty:
+            ax.fill_between(band[x], band["low"], band["high"], color=color, alpha=band_alpha, lw=0)
+        handles.append(line)
+    return handles
+
+
+def _style_x(ax, x: str) -> None:
+    ax.set_xlabel(X_LABELS.get(x, x))
+    if x == "tokens":
+        ax.xaxis.set_major_formatter(EngFormatter(sep=""))
+    ax.grid(True, alpha=0.3)
+
+
+def plot_curves(curves: pd.DataFrame, colors: Mapping[str, tuple], x: str = "step", ylabel: str = "",
+                title: str = "", by: str = "arm", ax=None, markers: bool = False):
+    """One learning-curve panel (mean over seeds and CI band per arm). Returns ``(fig, ax)``.
+
+    Data contract: as :func:`draw_curves`.
+    """
+    if ax is None:
+        fig = Figure(figsize=(5.5, 3.8), layout="constrained")
+        ax = fig.subplots()
+    else:
+        fig = ax.figure
+    draw_curves(ax, curves, colors, x=x, by=by, markers=markers)
+    _style_x(ax, x)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.legend(fontsize="small", frameon=False)
+    return fig, ax
+
+
+def _not_logged(ax, title: str) -> None:
+    ax.set_title(title, fontsize="medium")
+    ax.text(0.5, 0.5, "not logged", ha="center", va="center", transform=ax.transAxes, color="0.45",
+            fontsize="large")
+    ax.set_xticks([])
+    ax.set_yticks([])
+    for side in ax.spines.values():
+        side.set_color("0.8")
+
+
+def plot_panels(panels: Sequence[tuple[str, str, pd.DataFrame | None]], colors: Mapping[str, tuple],
+                x: str = "step", ncols: int = 3, title: str = "", by: str = "arm",
+                ylims: Sequence[tuple[float, float] | None] | None = None, markers: Sequence[bool] | None = None,
+                panel_size: tuple[float, float] = (3.9, 2.6), sharey: bool = False):
+    """A grid of learning-curve panels with one legend for the figure. Returns ``(fig, axes)`` (axes 2-D).
+
+    Args:
+        panels: ``(title, ylabel, curves)`` per panel; ``curves`` as in :func:`draw_curves`, or None / empty for
+            a metric that was not logged (the panel then says "not logged").
+        colors: arm -> colour (:func:`arm_colors`); fixes the drawing and legend order.
+        x: x column (``"step"`` or ``"tokens"``), which also picks the x label.
+        ylims: optional fixed y limits per panel.
+        markers: optional per panel: mark each point (for sparse eval curves).
+    """
+    n = len(panels)
+    if n == 0:
+        raise ValueError("plot_panels: no panels")
+    ncols = max(1, min(ncols, n))
+    nrows = -(-n // ncols)
+    fig, axes = _grid_figure(nrows, ncols, panel_size, top_in=0.95 if title else 0.55, bottom_in=0.95,
+                             sharey=sharey)
+    seen: dict[str, object] = {}
+    for i, (ptitle, ylabel, curves) in enumerate(panels):
+        ax = axes.flat[i]
+        if curves is None or len(curves) == 0:
+            _not_logged(ax, ptitle)
+            continue
+        for h in draw_curves(ax, curves, colors, x=x, by=by, markers=bool(markers and markers[i])):
+            seen.setdefault(h.get_label(), h)
+        _style_x(ax, x)
+        ax.set_ylabel(ylabel)
+        ax.set_title(ptitle, fontsize="medium")
+        if ylims and ylims[i] is not None:
+            ax.set_ylim(*ylims[i])
+    for ax in axes.flat[n:]:
+        ax.set_visible(False)
+    if title:
+        fig.suptitle(title, fontsize="large", y=1 - 0.12 / fig.get_figheight(), va="top")
+    if seen:
+        # one legend for the whole figure, below the panels, arms in colour order
+        order = sorted(seen, key=lambda lab: _order_key(lab, colors))
+        fig.legend([seen[k] for k in order], order, loc="lower center", bbox_to_anchor=(0.5, 0.0),
+                   ncols=min(len(order), 6), frameon=False, fontsize="medium")
+    return fig, axes
+
+
+def _grid_figure(nrows: int, ncols: int, panel_size: tuple[float, float], top_in: float, bottom_in: float,
+                 sharey: bool = False):
+    """Figure with a grid of axes and fixed margins in inches (room for y labels, two-line titles, x labels and a
+    legend row below). Fixed margins instead of a layout engine: constrained layout measures every tick label
+    and made saving a 9-panel figure about 3x slower."""
+    left, right, wgap, hgap = 0.85, 0.25, 0.95, 1.05  # inches
+    pw, ph = panel_size
+    width = left + right + ncols * pw + (ncols - 1) * wgap
+    height = top_in + bottom_in + nrows * ph + (nrows - 1) * hgap
+    fig = Figure(figsize=(width, height))
+    axes = fig.subplots(nrows, ncols, squeeze=False, sharey=sharey)
+    fig.subplots_adjust(left=left / width, right=1 - right / width, bottom=bottom_in / height,
+                        top=1 - top_in / height, wspace=wgap / pw, hspace=hgap / ph)
+    return fig, axes
+
+
+def _order_key(label: str, colors: Mapping[str, tuple]) -> int:
+    arms = list(colors)
+    for i, a in enumerate(arms):
+        if label == a or label.startswith(a + " (n="):
+            return i
+    return len(arms)
+
+
+def plot_final(per_run: pd.DataFrame, summary: pd.DataFrame, colors: Mapping[str, tuple], xlabel: str,
+               title: str = "", by: str = "arm", ax=None, xlim: tuple[float, float] | None = None):
+    """Final score per arm: mean with its CI as a bar, one dot per run (seed). Returns ``(fig, ax)``.
+
+    Data contract:
+        ``per_run``: columns ``[by, "value"]``, one row per run (the final score of that run).
+        ``summary``: columns ``[by, "mean", "ci_low", "ci_high"]``, one row per arm.
+        Arms are drawn top to bottom in the order of ``colors``.
+    """
+    arms = [a for a in colors if a in set(summary[by])]
+    if ax is None:
+        fig = Figure(figsize=(6.4, 0.45 * len(arms) + 1.5), layout="constrained")
+        ax = fig.subplots()
+    else:
+        fig = ax.figure
+    for i, arm in enumerate(arms):
+        y = len(arms) - 1 - i
+        row = summary[summary[by] == arm].iloc[0]
+        color = colors[arm]
+        lo, hi = row["ci_low"], row["ci_high"]
+        if np.isfinite(lo) and np.isfinite(hi):
+            ax.plot([lo, hi], [y, y], color=color, lw=11, alpha=0.4, solid_capstyle="butt")
+        ax.plot([row["mean"]], [y], marker="|", ms=20, mew=3, color=color)
+        vals = per_run.loc[per_run[by] == arm, "value"].to_numpy(dtype=float)
+        jitter = np.linspace(-0.2, 0.2, len(vals)) if len(vals) > 1 else np.zeros(len(vals))
+        ax.scatter(vals, y + jitter, s=16, color=color, edgecolor="black", linewidth=0.4, zorder=3)
+    ax.set_yticks(range(len(arms)), [f"{a} (n={(per_run[by] == a).sum()})" for a in reversed(arms)])
+    ax.set_ylim(-0.6, len(arms) - 0.4)
+    ax.margins(x=0.08)
+    ax.set_xlabel(xlabel)
+    if xlim is not None:
+        ax.set_xlim(*xlim)
+    ax.grid(True, axis="x", alpha=0.3)
+    ax.set_title(title, fontsize="medium")
+    return fig, ax
