@@ -289,32 +289,35 @@ def _flatten(d: Mapping[str, Any], prefix: str = "") -> Dict[str, Any]:
     return out
 
 
-def with_overrides(cfg, overrides: Mapping[str, Any]):
+def with_overrides(cfg, overrides: Mapping[str, Any], _prefix: str = ""):
     """A copy of ``cfg`` with dotted-path overrides, e.g. ``{"loss.agg": "token_mean", "ratio.eps_high": 0.28}``.
 
     Values may also be mappings for nested configs (``{"ratio": {"eps_high": 0.28}}``). Unknown keys raise
-    ValueError naming the key and listing the valid fields; every touched config is re-validated.
+    ValueError naming the full key and listing the valid fields; every touched config is re-validated
+    (all overrides of one section are applied together, so e.g. KL placement and beta can change at once).
     """
     grouped: Dict[str, Dict[str, Any]] = {}
     direct: Dict[str, Any] = {}
     valid = {f.name: f for f in dataclasses.fields(cfg)}
     for key, value in _flatten(overrides).items():
         head, _, rest = key.partition(".")
+        full = f"{_prefix}{key}"
         if head not in valid:
             raise ValueError(
-                f"unknown config key {key!r} for {type(cfg).__name__}; valid fields: {', '.join(valid)}"
+                f"unknown config key {full!r} ({type(cfg).__name__} has no field {head!r}); "
+                f"valid fields: {', '.join(valid)}"
             )
         sub = getattr(cfg, head)
         if rest:
             if not dataclasses.is_dataclass(sub):
-                raise ValueError(f"config key {key!r}: {type(cfg).__name__}.{head} has no sub-fields")
+                raise ValueError(f"config key {full!r}: {type(cfg).__name__}.{head} has no sub-fields")
             grouped.setdefault(head, {})[rest] = value
         else:
             if dataclasses.is_dataclass(sub) and not dataclasses.is_dataclass(value):
-                raise ValueError(f"config key {key!r} names a section; override its fields ({head}.<field>)")
+                raise ValueError(f"config key {full!r} names a section; override its fields ({full}.<field>)")
             direct[head] = value
     for head, sub_overrides in grouped.items():
-        direct[head] = with_overrides(direct.get(head, getattr(cfg, head)), sub_overrides)
+        direct[head] = with_overrides(direct.get(head, getattr(cfg, head)), sub_overrides, f"{_prefix}{head}.")
     return dataclasses.replace(cfg, **direct)
 
 
