@@ -227,7 +227,9 @@ def _explain(err: Exception) -> ConfigError:
 def _preset_node(name: str):
     if name not in PRESETS:
         raise ConfigError(f"objective={name!r} is not a preset; choose one of: {', '.join(PRESETS)}")
-    return OmegaConf.structured(PRESETS[name])
+    node = OmegaConf.structured(PRESETS[name])
+    OmegaConf.set_readonly(node, False)
+    return node
 
 
 def parse_overrides(overrides: list[str]) -> tuple[Optional[str], list[str]]:
@@ -267,6 +269,7 @@ def load_config(path: str | Path | None = None, overrides: list[str] | tuple = (
     cli_preset, dotted = parse_overrides(list(overrides))
     try:
         base = OmegaConf.structured(TrainConfig)
+        OmegaConf.set_readonly(base, False)  # frozen dataclasses come back read-only; we build, then validate
         # pick the preset: CLI > last layer that names one > default
         preset = None
         obj_layers = []
@@ -298,7 +301,23 @@ def load_config(path: str | Path | None = None, overrides: list[str] | tuple = (
         if isinstance(e, ConfigError):
             raise
         raise ConfigError(str(e)) from None
+    build_task(cfg)  # task settings are validated by the task itself, also before any compute
     return cfg
+
+
+def build_task(cfg: TrainConfig):
+    """The envs task a config names (raises ConfigError for invalid task settings)."""
+    from envs import make_task
+
+    t = cfg.task
+    kwargs = dict(max_digits=t.max_digits, ops=tuple(t.ops), filler_max=t.filler_max,
+                  format_reward=t.format_reward, reverse_answer=t.reverse_answer)
+    if t.difficulty_weights:
+        kwargs["difficulty_weights"] = tuple(t.difficulty_weights)
+    try:
+        return make_task(t.name, **kwargs)
+    except ValueError as e:
+        raise ConfigError(f"task: {e}") from None
 
 
 def to_dict(cfg) -> dict:

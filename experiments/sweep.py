@@ -169,10 +169,11 @@ def _warm_one(cfg: TrainConfig, threads: int) -> str:
     import torch
 
     from envs.tokenizer import build_char_tokenizer
-    from experiments.train import make_task_from, warm_start
+    from experiments.config import build_task
+    from experiments.train import warm_start
 
     torch.set_num_threads(threads)
-    warm_start(cfg, make_task_from(cfg), build_char_tokenizer())
+    warm_start(cfg, build_task(cfg), build_char_tokenizer())
     return f"seed {cfg.seed}"
 
 

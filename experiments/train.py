@@ -36,9 +36,10 @@ import yaml
 import algos
 from algos import filters as F
 from algos import kl as KL
-from envs import make_task, task_spec
+from envs import task_spec
 from envs.tokenizer import BOS_ID, EOS_ID, PAD_ID, VOCAB_SIZE, build_char_tokenizer
-from experiments.config import ConfigError, TrainConfig, to_dict, to_yaml
+from experiments.config import ConfigError, TrainConfig, build_task, to_dict, to_yaml
+from experiments.metrics import reduce, rename
 from rollout.engine import Generation, HFEngine, SamplingParams, repeat_prompts
 from rollout.models import ValueModel, build_policy, frozen_copy, n_params
 from rollout.scoring import score, score_values
@@ -163,18 +164,6 @@ def timed(s: "Setup", key: str):
         s.timers[key] += time.perf_counter() - t0
 
 
-def make_task_from(cfg: TrainConfig):
-    t = cfg.task
-    kwargs = dict(max_digits=t.max_digits, ops=tuple(t.ops), filler_max=t.filler_max,
-                  format_reward=t.format_reward, reverse_answer=t.reverse_answer)
-    if t.difficulty_weights:
-        kwargs["difficulty_weights"] = tuple(t.difficulty_weights)
-    try:
-        return make_task(t.name, **kwargs)
-    except ValueError as e:
-        raise ConfigError(f"task: {e}") from None
-
-
 def warm_start(cfg: TrainConfig, task, tokenizer, cache_dir=None):
     """The cached SFT start for (task, model, sft settings, seed); identical for every arm of a seed."""
     key = {"task": task_spec(task), "arch": cfg.model.arch, "attn": cfg.model.attn, "vocab": VOCAB_SIZE,
@@ -202,7 +191,7 @@ def warm_start(cfg: TrainConfig, task, tokenizer, cache_dir=None):
 def build_setup(cfg: TrainConfig, cache_dir=None) -> Setup:
     if cfg.train.threads:
         torch.set_num_threads(cfg.train.threads)
-    task = make_task_from(cfg)
+    task = build_task(cfg)
     tokenizer = build_char_tokenizer()
     policy, ckpt, sft_info = warm_start(cfg, task, tokenizer, cache_dir)
     obj = cfg.objective
@@ -408,10 +397,7 @@ def update(s: Setup, b: Batch, opt, critic_opt, step: int) -> dict:
             kl_ref = ref.logp if (ref is not None and obj.kl.placement == "reward") else None
             adv, returns, am = algos.compute_advantages(obj, rewards=b.rewards, mask=mask, values=values,
                                                         old_logp=b.old_logp, ref_logp=kl_ref, max_len=max_len)
-    m.update({k: _to_float(v) for k, v in am.items()})
-    if values is not None and returns is not None:
-        var_r = torch.var(returns[mask])
-        m["value/explained_var"] = float(1 - torch.var((returns - values)[mask]) / var_r) if var_r > 0 else float("nan")
+    m.update({k: _to_float(v) for k, v in rename(am).items()})
 
     B = b.size
     mb = B // obj.n_minibatches
@@ -441,7 +427,7 @@ def update(s: Setup, b: Batch, opt, critic_opt, step: int) -> dict:
                                                     s.cfg.optim.grad_clip or float("inf"))
                 opt.step()
             sums["optim/grad_norm"].append(float(gn))
-            for k, v in lm.items():
+            for k, v in rename(lm).items():
                 sums[k].append(_to_float(v))
             if critic_opt is not None:
                 with timed(s, "critic"):
@@ -453,8 +439,7 @@ def update(s: Setup, b: Batch, opt, critic_opt, step: int) -> dict:
                     (obj.value.coef * vloss).backward()
                     torch.nn.utils.clip_grad_norm_(s.critic.parameters(), s.cfg.optim.grad_clip or float("inf"))
                     critic_opt.step()
-                    sums["value/loss"].append(float(vloss))
-                    for k, v in vm.items():
+                    for k, v in rename(vm).items():
                         sums[k].append(_to_float(v))
             if first_pass:
                 with torch.no_grad(), timed(s, "metrics"):
@@ -468,7 +453,7 @@ def update(s: Setup, b: Batch, opt, critic_opt, step: int) -> dict:
                         for kind in ("k1", "k2", "k3"):
                             kl_parts[f"kl/{kind}"].append((KL.estimate(lp, ref.logp[rows], kind), rm))
     for k, v in sums.items():
-        m[k] = _mean(v)
+        m[k] = reduce(k, v)
     for k, parts in kl_parts.items():
         num = sum(float((x * r).sum()) for x, r in parts)
         den = sum(float(r.sum()) for _, r in parts)

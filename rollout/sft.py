@@ -12,6 +12,7 @@ from __future__ import annotations
 import fcntl
 import hashlib
 import json
+import math
 import os
 import random
 import shutil
@@ -62,6 +63,16 @@ def sft_train(policy, tokenizer, batch_fn: Callable[[int, random.Random], tuple[
     from rollout.scoring import score  # local import keeps module import light
 
     opt = torch.optim.AdamW(policy.parameters(), lr=lr)
+    # linear warm-up over the first 5% of steps, then cosine decay to 10% of lr: robust across seeds
+    warm = max(1, steps // 20)
+
+    def lr_at(step):
+        if step < warm:
+            return (step + 1) / warm
+        t = (step - warm) / max(1, steps - warm)
+        return 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * t))
+
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_at)
     rng = random.Random(seed)
     losses = []
     policy.train()
@@ -76,7 +87,8 @@ def sft_train(policy, tokenizer, batch_fn: Callable[[int, random.Random], tuple[
             opt.zero_grad(set_to_none=True)
             loss.backward()
             opt.step()
-            losses.append(float(loss))
+            sched.step()
+            losses.append(float(loss.detach()))
             if log_every and (step + 1) % log_every == 0:
                 print(f"sft step {step + 1}/{steps} loss {losses[-1]:.4f}", flush=True)
     policy.eval()

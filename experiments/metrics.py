@@ -1,0 +1,85 @@
+"""Every key a run writes to metrics.jsonl and eval.jsonl, documented in one place.
+
+Keys are namespaced ``family/name``. The algos package returns bare names (see ``algos.METRIC_DOCS``);
+``ALGOS_KEYS`` maps them to their logged names. Keys with ``{d}`` exist once per difficulty level.
+Per-step values from several optimizer steps (n_minibatches x n_epochs) are averaged, except ``*_max``
+(max) and ``*_min`` (min).
+"""
+
+from __future__ import annotations
+
+ALGOS_KEYS = {
+    "reward_mean": "adv/reward_mean",
+    "pass_rate": "adv/pass_rate",
+    "zero_var_frac": "adv/zero_var_frac",
+    "kl_in_reward_mean": "kl/in_reward",
+    "adv_mean": "adv/mean",
+    "adv_std": "adv/std",
+    "adv_abs_mean": "adv/abs_mean",
+    "clipfrac_low": "policy/clipfrac_low",
+    "clipfrac_high": "policy/clipfrac_high",
+    "ratio_mean": "policy/ratio_mean",
+    "ratio_max": "policy/ratio_max",
+    "ratio_min": "policy/ratio_min",
+    "dual_clip_frac": "policy/dual_clip_frac",
+    "approx_kl": "policy/approx_kl",
+    "policy_loss": "loss/policy",
+    "kl_loss": "loss/kl",
+    "kl_ref": "loss/kl_ref_k3",
+    "entropy": "loss/entropy",
+    "loss": "loss/total",
+    "value_loss": "value/loss",
+    "value_clipfrac": "value/clipfrac",
+    "value_mean": "value/mean",
+    "value_explained_var": "value/explained_var",
+}
+
+METRICS = {
+    "step": "RL step (one rollout batch), 1-based",
+    "tokens": "cumulative generated response tokens (all sampling rounds, EOS included)",
+    "time": "cumulative wall-clock seconds of training steps (excludes evaluation and checkpoints)",
+    "reward/mean": "mean shaped reward over every completion sampled this step",
+    "reward/acc": "fraction of completions sampled this step that are correct",
+    "reward/acc_d{d}": "the same, for prompts of difficulty d",
+    "length/mean": "mean response length in tokens (EOS included)",
+    "length/correct": "mean length of correct responses (NaN if none)",
+    "length/incorrect": "mean length of incorrect responses (NaN if none)",
+    "rollout/trunc_frac": "fraction of completions that hit max_new_tokens without EOS",
+    "rollout/completions": "completions sampled this step (more than the budget when dynamic sampling refills)",
+    "rollout/tokens": "response tokens generated this step",
+    "rollout/rounds": "sampling rounds this step (1 unless dynamic sampling refilled)",
+    "rollout/groups_kept": "groups available for training after dynamic sampling",
+    "policy/entropy": "mean next-token entropy over valid response tokens (first pass over each minibatch)",
+    "kl/exact": "exact KL(pi || pi_ref) summed over the vocabulary, mean over valid tokens",
+    "kl/exact_fwd": "exact KL(pi_ref || pi), mean over valid tokens",
+    "kl/k1": "k1 estimate of KL(pi || pi_ref) on the sampled tokens (mean over valid tokens)",
+    "kl/k2": "k2 estimate",
+    "kl/k3": "k3 estimate",
+    "optim/grad_norm": "global policy grad norm before clipping (mean over optimizer steps)",
+    "optim/steps": "optimizer steps this RL step (n_minibatches x n_epochs)",
+    "time/step": "seconds of this step; time/rollout and time/update split it",
+    "time/{phase}": "seconds in a phase: sample, reward, reference, critic, advantages, forward, loss, backward, "
+                    "optimizer, metrics",
+    "mem/peak_rss_mb": "peak resident memory of the process so far (MiB)",
+    "eval/acc": "greedy accuracy on the held-out set",
+    "eval/acc_d{d}": "greedy accuracy on held-out prompts of difficulty d",
+    "eval/length": "mean greedy response length on the held-out set",
+    "eval/pass@k": "unbiased pass@k from train.eval_samples samples per held-out prompt (Chen et al., 2021)",
+    **{v: f"algos metric {k!r} (see algos.METRIC_DOCS)" for k, v in ALGOS_KEYS.items()},
+}
+
+
+def rename(metrics: dict) -> dict:
+    """Map algos' bare metric names to logged names (unknown keys go under ``algos/``)."""
+    return {ALGOS_KEYS.get(k, f"algos/{k}"): v for k, v in metrics.items()}
+
+
+def reduce(key: str, values: list[float]) -> float:
+    vals = [v for v in values if v == v]  # drop NaN
+    if not vals:
+        return float("nan")
+    if key.endswith("_max"):
+        return max(vals)
+    if key.endswith("_min"):
+        return min(vals)
+    return sum(vals) / len(vals)

@@ -1,0 +1,119 @@
+"""The training loop end to end, on a tiny budget: files, determinism, resume after a hard crash, budgets."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from experiments.config import ConfigError, load_config
+from experiments.train import NONDETERMINISTIC_KEYS, train
+
+FAST = ["sft.steps=30", "train.steps=4", "rollout.completions_per_step=16", "train.eval_size=6",
+        "train.eval_samples=2", "train.eval_every=2", "train.checkpoint_every=2", "train.threads=1"]
+
+
+@pytest.fixture(autouse=True)
+def _cache(tmp_path_factory, monkeypatch):
+    # one warm-start cache for the whole module run: every test reuses the same SFT start
+    monkeypatch.setenv("OBJBENCH_CACHE", str(tmp_path_factory.getbasetemp() / "cache"))
+
+
+def _rows(path):
+    return [json.loads(l) for l in open(path)]
+
+
+def _strip(rows):
+    return [{k: v for k, v in r.items() if not k.startswith(NONDETERMINISTIC_KEYS)} for r in rows]
+
+
+def _cfg(tmp_path, *extra):
+    return load_config(None, FAST + [f"out_dir={tmp_path}", *extra])
+
+
+def test_run_writes_every_file_with_provenance(tmp_path):
+    run = train(_cfg(tmp_path, "objective=grpo", "name=a"), progress=False)
+    for f in ("config.yaml", "meta.json", "metrics.jsonl", "eval.jsonl", "samples.jsonl", "done",
+              "checkpoints/last/policy/model.safetensors", "checkpoints/last/optimizer.pt"):
+        assert (run / f).exists(), f
+    meta = json.loads((run / "meta.json").read_text())
+    assert meta["seed"] == 0 and meta["commit"] and meta["versions"]["torch"] and meta["end"]
+    rows = _rows(run / "metrics.jsonl")
+    assert [r["step"] for r in rows] == [1, 2, 3, 4]
+    for key in ("reward/acc", "length/mean", "policy/entropy", "kl/exact", "kl/k3", "policy/clipfrac_low",
+                "adv/zero_var_frac", "optim/grad_norm", "time/sample", "mem/peak_rss_mb"):
+        assert key in rows[0], key
+    evals = _rows(run / "eval.jsonl")
+    assert [e["step"] for e in evals] == [0, 2, 4]
+    assert all(0 <= e["eval/acc"] <= 1 and e["eval/pass@1"] <= e["eval/pass@2"] + 1e-9 for e in evals)
+    # on-policy single minibatch: the importance ratio is 1 up to float error
+    assert abs(rows[0]["policy/ratio_max"] - 1) < 1e-4
+
+
+def test_same_config_and_seed_give_the_same_metrics(tmp_path):
+    a = train(_cfg(tmp_path, "name=a"), progress=False)
+    b = train(_cfg(tmp_path, "name=b"), progress=False)
+    assert _strip(_rows(a / "metrics.jsonl")) == _strip(_rows(b / "metrics.jsonl"))
+    assert _rows(a / "eval.jsonl") == _rows(b / "eval.jsonl")
+    c = train(_cfg(tmp_path, "name=c", "seed=1"), progress=False)
+    assert _strip(_rows(a / "metrics.jsonl")) != _strip(_rows(c / "metrics.jsonl"))
+
+
+def test_prompt_stream_is_identical_across_objectives(tmp_path):
+    # The prompts of step k depend only on the data seed and the prompt index: same G, same prompts.
+    prompts = {}
+    for o in ("grpo", "dr_grpo", "gspo"):
+        run = train(_cfg(tmp_path, f"objective={o}", f"name={o}", "train.log_samples=16"), progress=False)
+        rows = _rows(run / "samples.jsonl")
+        prompts[o] = [(r["step"], r["prompt"]) for r in rows]
+    assert prompts["grpo"] == prompts["dr_grpo"] == prompts["gspo"]
+    assert len(set(p for _, p in prompts["grpo"])) > 4
+
+
+def test_resume_after_hard_crash_has_no_duplicate_or_missing_steps(tmp_path):
+    cfg_args = FAST + [f"out_dir={tmp_path}", "name=r", "train.steps=6"]
+    cmd = [sys.executable, "-m", "experiments.cli", "train", "--quiet", *cfg_args]
+    env = {**os.environ, "OBJBENCH_CRASH_AT_STEP": "5"}  # dies after logging step 5; checkpoint is at 4
+    p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+    assert p.returncode == 3, p.stderr[-2000:]
+    run = tmp_path / "r"
+    assert not (run / "done").exists()
+    assert [r["step"] for r in _rows(run / "metrics.jsonl")] == [1, 2, 3, 4, 5]
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert (run / "done").exists()
+    resumed = _rows(run / "metrics.jsonl")
+    assert [r["step"] for r in resumed] == [1, 2, 3, 4, 5, 6]
+    assert [e["step"] for e in _rows(run / "eval.jsonl")] == [0, 2, 4, 6]
+    # and the resumed run equals an uninterrupted one
+    ref = train(load_config(None, cfg_args[:-2] + ["name=ref", "train.steps=6"]), progress=False)
+    assert _strip(resumed) == _strip(_rows(ref / "metrics.jsonl"))
+
+
+def test_finished_run_is_skipped_and_a_different_config_is_refused(tmp_path):
+    run = train(_cfg(tmp_path, "name=x"), progress=False)
+    before = (run / "metrics.jsonl").read_text()
+    train(_cfg(tmp_path, "name=x"), progress=False)  # already done: nothing rewritten
+    assert (run / "metrics.jsonl").read_text() == before
+    with pytest.raises(ConfigError, match="different config"):
+        train(_cfg(tmp_path, "name=x", "optim.lr=0.5"), progress=False)
+    assert (run / "metrics.jsonl").read_text() == before  # nothing already written is lost
+
+
+def test_budget_parity_ppo_sees_more_prompts(tmp_path):
+    ppo = _cfg(tmp_path, "objective=ppo")
+    grpo = _cfg(tmp_path, "objective=grpo")
+    assert ppo.rollout.completions_per_step == grpo.rollout.completions_per_step
+    assert ppo.prompts_per_step == grpo.prompts_per_step * grpo.objective.group_size
+
+
+@pytest.mark.parametrize("objective", ["ppo", "dapo", "gspo", "dr_grpo"])
+def test_every_preset_runs_a_step(tmp_path, objective):
+    run = train(_cfg(tmp_path, f"objective={objective}", "train.steps=2", f"name={objective}"), progress=False)
+    rows = _rows(run / "metrics.jsonl")
+    assert len(rows) == 2 and all(r["optim/grad_norm"] == r["optim/grad_norm"] for r in rows if "optim/grad_norm" in r)
+    if objective == "ppo":
+        assert "value/loss" in rows[0] and "value/explained_var" in rows[0]
+    if objective == "gspo":
+        assert rows[0]["optim/steps"] == 4  # four minibatches per rollout batch
