@@ -240,8 +240,9 @@ def _is_run_dir(p: Path) -> bool:
     return p.is_dir() and any((p / f).exists() for f in RUN_FILES)
 
 
-def _warn(msg: str) -> None:
-    warnings.warn(msg, IncompleteRunWarning, stacklevel=3)
+def _warn(msg: str, depth: int = 1) -> None:
+    """Warn, attributed to the caller of load_runs; ``depth`` = calls between load_runs and _warn."""
+    warnings.warn(msg, IncompleteRunWarning, stacklevel=2 + depth)
 
 
 # ---------------------------------------------------------------------------------------------- load_runs
@@ -361,9 +362,9 @@ def _load_one(d: Path, include_incomplete: bool) -> tuple[dict | None, str | Non
     problems += p1 + p2 + p3 + p4
     run = d.name
     for p in problems:
-        _warn(f"run {run!r}: {p}")
+        _warn(f"run {run!r}: {p}", depth=2)
     if not complete:
-        _warn(f"run {run!r} has no 'done' file; loaded anyway (include_incomplete=True)")
+        _warn(f"run {run!r} has no 'done' file; loaded anyway (include_incomplete=True)", depth=2)
 
     row: dict[str, Any] = {"run": run, "arm": str(arm), "seed": seed, "complete": complete, "path": str(d)}
     rest = {k: v for k, v in meta.items() if k not in ("run", "arm", "seed")}

@@ -79,14 +79,14 @@ def _legend_label(arm: str, n: int | None) -> str:
 
 
 def draw_curves(ax, curves: pd.DataFrame, colors: Mapping[str, tuple], x: str = "step", by: str = "arm",
-                markers: bool = False, band_alpha: float = 0.2) -> list:
-    """Draw mean lines and CI bands on ``ax``; returns the line handles.
+                markers: bool = False, band_alpha: float = 0.2) -> dict:
+    """Draw mean lines and CI bands on ``ax``; returns ``{group: (line handle, max n)}``.
 
     Data contract: ``curves`` has columns ``[by, x, "mean", "low", "high", "n"]`` (the output of
     ``analysis.stats.mean_ci_over_seeds``); groups are drawn in the order of ``colors``, groups missing from
     ``colors`` after them in grey. Bands are drawn where n >= 2.
     """
-    handles = []
+    handles = {}
     groups = [g for g in colors if g in set(curves[by])] + [g for g in pd.unique(curves[by]) if g not in colors]
     for g in groups:
         c = curves[curves[by] == g].sort_values(x)
@@ -96,7 +96,7 @@ def draw_curves(ax, curves: pd.DataFrame, colors: Mapping[str, tuple], x: str = 
         band = c[c["n"] >= 2]
         if not band.empty:
             ax.fill_between(band[x], band["low"], band["high"], color=color, alpha=band_alpha, lw=0)
-        handles.append(line)
+        handles[g] = (line, int(c["n"].max()))
     return handles
 
 
@@ -157,14 +157,15 @@ def plot_panels(panels: Sequence[tuple[str, str, pd.DataFrame | None]], colors: 
     nrows = -(-n // ncols)
     fig, axes = _grid_figure(nrows, ncols, panel_size, top_in=0.95 if title else 0.55, bottom_in=0.95,
                              sharey=sharey)
-    seen: dict[str, object] = {}
+    seen: dict[str, tuple] = {}  # arm -> (handle, largest n in any panel)
     for i, (ptitle, ylabel, curves) in enumerate(panels):
         ax = axes.flat[i]
         if curves is None or len(curves) == 0:
             _not_logged(ax, ptitle)
             continue
-        for h in draw_curves(ax, curves, colors, x=x, by=by, markers=bool(markers and markers[i])):
-            seen.setdefault(h.get_label(), h)
+        drawn = draw_curves(ax, curves, colors, x=x, by=by, markers=bool(markers and markers[i]))
+        for g, (h, n_g) in drawn.items():
+            seen[g] = (seen.get(g, (h, 0))[0], max(n_g, seen.get(g, (h, 0))[1]))
         _style_x(ax, x)
         ax.set_ylabel(ylabel)
         ax.set_title(ptitle, fontsize="medium")
@@ -175,10 +176,11 @@ def plot_panels(panels: Sequence[tuple[str, str, pd.DataFrame | None]], colors: 
     if title:
         fig.suptitle(title, fontsize="large", y=1 - 0.12 / fig.get_figheight(), va="top")
     if seen:
-        # one legend for the whole figure, below the panels, arms in colour order
-        order = sorted(seen, key=lambda lab: _order_key(lab, colors))
-        fig.legend([seen[k] for k in order], order, loc="lower center", bbox_to_anchor=(0.5, 0.0),
-                   ncols=min(len(order), 6), frameon=False, fontsize="medium")
+        # one legend for the whole figure, below the panels, one entry per arm in colour order
+        order = [g for g in colors if g in seen] + [g for g in seen if g not in colors]
+        fig.legend([seen[g][0] for g in order], [_legend_label(str(g), seen[g][1]) for g in order],
+                   loc="lower center", bbox_to_anchor=(0.5, 0.0), ncols=min(len(order), 6), frameon=False,
+                   fontsize="medium")
     return fig, axes
 
 
@@ -196,14 +198,6 @@ def _grid_figure(nrows: int, ncols: int, panel_size: tuple[float, float], top_in
     fig.subplots_adjust(left=left / width, right=1 - right / width, bottom=bottom_in / height,
                         top=1 - top_in / height, wspace=wgap / pw, hspace=hgap / ph)
     return fig, axes
-
-
-def _order_key(label: str, colors: Mapping[str, tuple]) -> int:
-    arms = list(colors)
-    for i, a in enumerate(arms):
-        if label == a or label.startswith(a + " (n="):
-            return i
-    return len(arms)
 
 
 def plot_final(per_run: pd.DataFrame, summary: pd.DataFrame, colors: Mapping[str, tuple], xlabel: str,

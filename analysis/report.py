@@ -269,8 +269,9 @@ def _report_markdown(runs: Runs, runs_dir: Path, ft, pw, agg, primary, final_def
         L += [f"- {n}" for n in notes]
         L += ["", "</details>", ""]
 
-    L += ["## Final performance", "", f"`{primary}`, {final_def} (step 0, the start policy, never counts as final "
-          "when a run has later points).", ""]
+    start = (" (step 0, the start policy, counts only when a run has no later evaluation)"
+             if primary.startswith("eval/") else "")
+    L += ["## Final performance", "", f"`{primary}`, {final_def}{start}.", ""]
     L.append(to_markdown(format_final_table(ft[ft["metric"] == primary]), p_final).rstrip())
     L.append("")
     others = ft[ft["metric"] != primary]

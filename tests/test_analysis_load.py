@@ -108,7 +108,7 @@ def test_half_written_run_is_skipped_with_warning(sweep):
 
 def test_half_written_run_loaded_on_request(sweep):
     write_run(sweep, "ppo", 0, done=False, truncated=True)
-    with pytest.warns(IncompleteRunWarning, match="truncated"):
+    with pytest.warns(IncompleteRunWarning, match="truncated"), pytest.warns(IncompleteRunWarning, match="loaded anyway"):
         runs = load_runs(sweep, include_incomplete=True)
     ppo = runs.metrics[(runs.metrics.run == "ppo__s0") & (runs.metrics.metric == "reward/acc")]
     assert list(ppo.step) == STEPS  # the truncated step-5 line is dropped, the rest kept

@@ -201,6 +201,15 @@ def test_mean_ci_over_seeds_tokens_interpolates_to_common_budget():
     assert ua["n"].iloc[0] == 1 and ua["n"].iloc[-1] == 1 and ua["n"].max() == 3
 
 
+def test_mean_ci_over_seeds_smoothing_is_per_run_trailing_mean():
+    df = pd.DataFrame({"arm": "a", "run": ["r1"] * 4 + ["r2"] * 4, "step": [1, 2, 3, 4] * 2,
+                       "value": [0.0, 2.0, 4.0, 6.0, 10.0, 10.0, 10.0, 30.0]})
+    out = mean_ci_over_seeds(df, smooth=2, n_resamples=100)
+    # r1 -> 0, 1, 3, 5; r2 -> 10, 10, 10, 20; mean over runs
+    np.testing.assert_allclose(out["mean"], [5.0, 5.5, 6.5, 12.5])
+    np.testing.assert_allclose(mean_ci_over_seeds(df, n_resamples=100)["mean"], [5.0, 6.0, 7.0, 18.0])
+
+
 def test_mean_ci_over_seeds_checks_columns():
     with pytest.raises(ValueError, match="missing column"):
         mean_ci_over_seeds(pd.DataFrame({"arm": [], "step": []}))

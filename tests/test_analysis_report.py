@@ -1,0 +1,154 @@
+"""write_report end to end on a synthetic sweep, and the figure helpers (colours, labels, missing metrics)."""
+
+import json
+import re
+
+import numpy as np
+import pandas as pd
+import pytest
+from matplotlib.colors import to_rgba
+
+from analysis.load import IncompleteRunWarning, load_runs
+from analysis.plots import TRAINING_PANELS, arm_colors, plot_final, plot_panels
+from analysis.report import final_metrics, panel_curves, report_command, write_report
+from analysis.synthetic import write_synthetic_sweep
+
+ARMS = ("grpo", "dr_grpo")
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.fixture(scope="module")
+def sweep(tmp_path_factory):
+    """2 complete arms x 3 seeds, plus a third arm (ppo) listed in sweep.json whose only run is half-written."""
+    root = tmp_path_factory.mktemp("sweeps") / "synth"
+    write_synthetic_sweep(root, arms=ARMS + ("ppo",), seeds=(0, 1, 2), steps=8, eval_every=4)
+    for seed in (0, 1, 2):  # keep ppo__s0 only, and make it half-written
+        d = root / f"ppo__s{seed}"
+        for f in d.iterdir():
+            f.unlink()
+        d.rmdir()
+    scratch = tmp_path_factory.mktemp("scratch")
+    write_synthetic_sweep(scratch, arms=("ppo",), seeds=(0,), steps=8, eval_every=4, incomplete=["ppo__s0"])
+    (scratch / "ppo__s0").rename(root / "ppo__s0")
+    return root
+
+
+@pytest.fixture(scope="module")
+def report(sweep):
+    with pytest.warns(IncompleteRunWarning, match="ppo__s0"):
+        path = write_report(sweep)
+    return path
+
+
+def test_report_files(report):
+    out = report.parent
+    assert report.name == "report.md" and out.name == "report"
+    names = {p.name for p in out.iterdir()}
+    for stem in ("final", "pairwise", "difficulty"):
+        assert {f"{stem}.md", f"{stem}.tex", f"{stem}.csv", f"{stem}.provenance.json"} <= names
+    pngs = sorted(n for n in names if n.endswith(".png"))
+    assert pngs == ["curves_step.png", "difficulty_step.png", "final_eval_acc.png"]
+    for n in pngs:
+        data = (out / n).read_bytes()
+        assert data[:8] == PNG_MAGIC
+        width = int.from_bytes(data[16:20], "big")
+        assert width > 600  # rendered at dpi 120, not a stub
+
+
+def test_report_markdown_content(report, sweep):
+    md = report.read_text()
+    info = json.loads((sweep / "sweep.json").read_text())
+    assert md.startswith("# Report: synthetic")
+    assert f"`{info['spec_hash']}`" in md and f"`{info['commit']}`" in md
+    assert "- seeds: 0, 1, 2" in md
+    assert "  - grpo: 3 run(s), seeds 0, 1, 2" in md and "  - dr_grpo: 3 run(s)" in md
+    # the half-written run is listed as skipped, and its arm as having no runs
+    assert "### Skipped runs" in md and "- `ppo__s0`: no 'done' file" in md
+    assert "  - ppo: no runs loaded" in md
+    # every embedded figure exists
+    images = re.findall(r"!\[[^\]]*\]\(([^)]+)\)", md)
+    assert sorted(images) == ["curves_step.png", "difficulty_step.png", "final_eval_acc.png"]
+    # the main table holds the numbers of final.csv
+    ft = pd.read_csv(report.parent / "final.csv")
+    row = ft[(ft.metric == "eval/acc") & (ft.arm == "grpo")].iloc[0]
+    assert f"| eval/acc | grpo | 3 | {row['mean']:.3f} | [{row['ci_low']:.3f}, {row['ci_high']:.3f}] |" in md
+    assert "P(X > Y)" in md
+    # ends with the regenerating commands
+    tail = md.rstrip().splitlines()
+    assert tail[-2] == f"objbench report {sweep}" and tail[-1] == "```"
+    assert info["command"] in md
+
+
+def test_report_is_deterministic(report, sweep):
+    before = {p.name: p.read_bytes() for p in report.parent.iterdir()}
+    with pytest.warns(IncompleteRunWarning):
+        write_report(sweep)
+    after = {p.name: p.read_bytes() for p in report.parent.iterdir()}
+    assert before.keys() == after.keys()
+    for name in before:
+        assert before[name] == after[name], name
+
+
+def test_report_rejects_bad_x(sweep):
+    with pytest.raises(ValueError, match="x must be"):
+        write_report(sweep, x="time")
+
+
+def test_report_command_forms():
+    assert report_command("runs/q") == "objbench report runs/q"
+    assert report_command("runs/q", x="tokens") == "objbench report runs/q --x tokens"
+    cmd = report_command("runs/q", out_dir="out", last_k=3, smooth=None)
+    assert cmd == "python -c \"from analysis.report import write_report; write_report('runs/q', out_dir='out', last_k=3)\""
+
+
+def test_final_metrics_falls_back_to_training_accuracy(sweep):
+    with pytest.warns(IncompleteRunWarning):
+        runs = load_runs(sweep)
+    source, keys, primary = final_metrics(runs)
+    assert (source, primary) == ("evals", "eval/acc")
+    assert keys[:4] == ["eval/acc", "eval/acc_d1", "eval/acc_d2", "eval/acc_d3"]
+    assert keys[4:6] == ["eval/pass@1", "eval/pass@4"]
+    no_evals = type(runs)(runs.root, runs.metrics, runs.evals.iloc[0:0], runs.configs, runs.sweep)
+    assert final_metrics(no_evals) == ("metrics", ["reward/acc", "reward/acc_d1", "reward/acc_d2", "reward/acc_d3"],
+                                       "reward/acc")
+
+
+# ------------------------------------------------------------------------------------------------ figures
+def test_arm_colors_fixed_by_sweep_order():
+    c = arm_colors(["ppo", "grpo", "dr_grpo"])
+    assert list(c) == ["ppo", "grpo", "dr_grpo"]
+    assert len({tuple(v) for v in c.values()}) == 3
+    assert arm_colors(["ppo", "grpo"])["grpo"] == c["grpo"]  # position decides, not the set of arms
+    assert len(set(arm_colors([f"a{i}" for i in range(15)]).values())) == 15  # tab20 beyond 10 arms
+
+
+def test_panels_colours_labels_and_missing_metric(sweep):
+    with pytest.warns(IncompleteRunWarning):
+        runs = load_runs(sweep)
+    colors = arm_colors(runs.arms)
+    curves = panel_curves(runs, TRAINING_PANELS[:2], x="tokens", n_resamples=200)
+    curves.append(("value loss\n(value/loss)", "loss", None))  # not logged by these arms
+    fig, axes = plot_panels(curves, colors, x="tokens", ncols=3, title="t")
+    ax_train, ax_eval, ax_missing = axes.flat
+    assert ax_train.get_xlabel() == "generated tokens" and ax_train.get_ylabel() == "accuracy (fraction)"
+    assert "(reward/acc)" in ax_train.get_title() and "(eval/acc)" in ax_eval.get_title()
+    for ax in (ax_train, ax_eval):
+        lines = {ln.get_label().split(" (n=")[0]: ln.get_color() for ln in ax.get_lines()}
+        assert set(lines) == set(ARMS)
+        for arm, col in lines.items():
+            assert to_rgba(col) == to_rgba(colors[arm])  # same colour per arm in every panel
+        assert len(ax.collections) == len(ARMS)  # one CI band per arm
+    assert [t.get_text() for t in ax_missing.texts] == ["not logged"]
+    legend = fig.legends[0]
+    assert [t.get_text() for t in legend.get_texts()] == ["grpo (n=3)", "dr_grpo (n=3)"]
+
+
+def test_plot_final_draws_ci_and_seeds():
+    colors = arm_colors(["a", "b"])
+    per_run = pd.DataFrame({"arm": ["a", "a", "b"], "value": [0.1, 0.3, 0.5]})
+    summary = pd.DataFrame({"arm": ["a", "b"], "mean": [0.2, 0.5], "ci_low": [0.1, np.nan],
+                            "ci_high": [0.3, np.nan]})
+    fig, ax = plot_final(per_run, summary, colors, xlabel="final acc (fraction)")
+    assert ax.get_xlabel() == "final acc (fraction)"
+    assert [t.get_text() for t in ax.get_yticklabels()] == ["b (n=1)", "a (n=2)"]
+    assert len(ax.collections) == 2  # one scatter of seeds per arm
