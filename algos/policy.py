@@ -25,6 +25,8 @@ l_i = -min(s_i A_i, clip(s_i) A_i). The (B, T) matrix is then aggregated with th
   seq_mean_token_sum_norm  -> (1/(B' L)) sum_i |y_i| l_i.
 Per-token advantages (B, T) are allowed with any level; with ``sequence`` each token then uses
 -min(s_i A_it, clip(s_i) A_it).
+A consequence of broadcasting: on-policy (all ratios 1) the sequence, sequence_token and token levels give
+the same loss and gradient under *every* aggregation mode, as long as the arms share the mode.
 """
 
 from __future__ import annotations

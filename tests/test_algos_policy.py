@@ -166,15 +166,19 @@ def test_sequence_token_log_ratio_value_and_gradient():
 
 
 @pytest.mark.parametrize("seed", [0, 1])
-def test_gspo_equals_grpo_on_policy(seed):
-    # on-policy (old = lp): every ratio is 1 and nothing is clipped; under seq_mean_token_mean GSPO's
-    # d/d lp_it [ -(1/B) sum_i A_i s_i ] = -(A_i / (B |y_i|)) equals GRPO's -(1/B) A_i (1/|y_i|) d r_it
+@pytest.mark.parametrize("agg", MODES)
+def test_gspo_equals_grpo_on_policy(seed, agg):
+    # on-policy (old = lp): every ratio is 1 and nothing is clipped. Under seq_mean_token_mean, GSPO's
+    # d/d lp_it [ -(1/B) sum_i A_i s_i ] = -A_i / (B |y_i|) equals GRPO's -(1/B) A_i (1/|y_i|) d r_it / d lp_it.
+    # Because the sequence loss is broadcast to the sequence's tokens before aggregation, the per-token
+    # weights match under every mode (e.g. token_mean: |y_i| l_i / N -> -A_i / N for both), so the
+    # equality holds for all four modes -- provided both arms use the same one.
     lp, _, adv, mask = _random_batch(seed)
     old = lp.detach().clone()
-    kw = dict(agg="seq_mean_token_mean")
+    kw = dict(agg=agg, max_len=7)
     lg, gg, mg = _loss_and_grad(lp, old, adv, mask, ratio="token", **kw)
-    for level, eps in (("sequence", 3e-4), ("sequence_token", 3e-4)):
-        ls, gs, ms = _loss_and_grad(lp, old, adv, mask, ratio=level, eps_low=eps, eps_high=4e-4, **kw)
+    for level in ("sequence", "sequence_token"):
+        ls, gs, ms = _loss_and_grad(lp, old, adv, mask, ratio=level, eps_low=3e-4, eps_high=4e-4, **kw)
         assert torch.allclose(lg, ls, atol=1e-14) and torch.allclose(gg, gs, atol=1e-14)
         assert ms["ratio_mean"].item() == pytest.approx(1.0) and ms["clipfrac_high"].item() == 0.0
 
