@@ -45,10 +45,9 @@ def check_group_size(group_size: int, batch: int, minimum: int = 2) -> None:
     if isinstance(group_size, bool) or not isinstance(group_size, int):
         raise ValueError(f"group_size must be an int, got {type(group_size).__name__}")
     if group_size < minimum:
-        raise ValueError(
-            f"group_size must be >= {minimum} for a group estimator (a singleton group has no baseline; "
-            f"use the GAE estimator for one sample per prompt), got {group_size}"
-        )
+        why = (" for a group estimator (a singleton group has no baseline; use the GAE estimator for one "
+               "sample per prompt)") if minimum >= 2 else ""
+        raise ValueError(f"group_size must be >= {minimum}{why}, got {group_size}")
     if batch % group_size != 0:
         raise ValueError(f"group_size={group_size} does not divide the batch size {batch}")
 
