@@ -35,7 +35,7 @@ import math
 import random
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from .base import (
     DEFAULT_MAX_COMPLETION_CHARS,
