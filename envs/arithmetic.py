@@ -31,10 +31,9 @@ of them weight 0, which measures length generalisation.
 
 from __future__ import annotations
 
-import math
 import random
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from .base import (
@@ -42,9 +41,15 @@ from .base import (
     Problem,
     RewardResult,
     Task,
+    check_format_reward,
+    check_int,
+    interleave,
     invalid_result,
+    normalize_ops,
+    normalize_weights,
     stable_hash,
     stream_rng,
+    well_formed_result,
 )
 
 OPS: tuple[str, ...] = ("+", "-", "*")
@@ -54,61 +59,6 @@ FILLER = "."
 _ENUMERATE_LIMIT = 100_000
 # A redraw loop never needs more than a handful of tries (the held-out share is 1/holdout_modulus <= 1/2).
 _MAX_REDRAWS = 10_000
-
-
-def _normalize_weights(value: object, first: int) -> tuple[tuple[int, float], ...]:
-    """Difficulty weights -> sorted tuple of (difficulty, weight) pairs.
-
-    Accepted forms: a mapping {difficulty: weight} (keys may be digit strings, as JSON writes them), a sequence of
-    (difficulty, weight) pairs, or a flat sequence of numbers giving the weights of difficulties first, first+1, ...
-    (the form a YAML list takes).
-    """
-    if isinstance(value, Mapping):
-        items = list(value.items())
-    elif isinstance(value, Sequence) and not isinstance(value, str):
-        if all(isinstance(w, (int, float)) and not isinstance(w, bool) for w in value):
-            items = [(first + i, w) for i, w in enumerate(value)]
-        else:
-            items = []
-            for pair in value:
-                if not (isinstance(pair, Sequence) and not isinstance(pair, str) and len(pair) == 2):
-                    raise ValueError(f"difficulty_weights: expected numbers or (difficulty, weight) pairs, got {pair!r}")
-                items.append((pair[0], pair[1]))
-    else:
-        raise ValueError(f"difficulty_weights must be a mapping difficulty -> weight, got {value!r}")
-    out: dict[int, float] = {}
-    for k, w in items:
-        if isinstance(k, str) and k.strip().isdigit():
-            k = int(k)
-        if isinstance(k, bool) or not isinstance(k, int):
-            raise ValueError(f"difficulty_weights: difficulty keys must be ints, got {k!r}")
-        if k in out:
-            raise ValueError(f"difficulty_weights: difficulty {k} given twice")
-        if isinstance(w, bool) or not isinstance(w, (int, float)) or not math.isfinite(w) or w < 0:
-            raise ValueError(f"difficulty_weights: weight of difficulty {k} must be a finite number >= 0, got {w!r}")
-        out[k] = float(w)
-    return tuple(sorted(out.items()))
-
-
-def _normalize_ops(value: object, valid: tuple[str, ...]) -> tuple[str, ...]:
-    """A sequence of ops, or a string of op characters ("+-*" as a config file writes it) -> tuple of ops."""
-    ops = tuple(value) if isinstance(value, (str, Sequence)) else None
-    if not ops:
-        raise ValueError(f"ops must be a non-empty sequence of {valid}, got {value!r}")
-    for op in ops:
-        if op not in valid:
-            raise ValueError(f"ops: unknown op {op!r}; valid ops are {valid}")
-    if len(set(ops)) != len(ops):
-        raise ValueError(f"ops: duplicate op in {value!r}")
-    return ops
-
-
-def _interleave(groups: Sequence[Sequence]) -> list:
-    """Round-robin merge: [[a1, a2], [b1], [c1, c2]] -> [a1, b1, c1, a2, c2]. Any prefix stays balanced."""
-    out = []
-    for i in range(max((len(g) for g in groups), default=0)):
-        out.extend(g[i] for g in groups if i < len(g))
-    return out
 
 
 @dataclass(frozen=True)
@@ -137,9 +87,9 @@ class ArithmeticConfig:
 
     def __post_init__(self) -> None:
         _set = object.__setattr__  # normalise in place on a frozen dataclass
-        _check_int("max_digits", self.max_digits, low=1, high=18)
-        _set(self, "ops", _normalize_ops(self.ops, OPS))
-        weights = _normalize_weights(self.difficulty_weights, first=1)
+        check_int("max_digits", self.max_digits, low=1, high=18)
+        _set(self, "ops", normalize_ops(self.ops, OPS))
+        weights = normalize_weights(self.difficulty_weights, first=1)
         for k, _ in weights:
             if not 1 <= k <= self.max_digits:
                 raise ValueError(
@@ -150,25 +100,17 @@ class ArithmeticConfig:
         _set(self, "difficulty_weights", weights)
         if not isinstance(self.reverse_answer, bool):
             raise ValueError(f"reverse_answer must be a bool, got {self.reverse_answer!r}")
-        _check_int("filler_max", self.filler_max, low=0, high=128)
-        fr = self.format_reward
-        if isinstance(fr, bool) or not isinstance(fr, (int, float)) or not (0.0 <= fr < 1.0):
-            raise ValueError(f"format_reward must be a number in [0, 1), got {fr!r}")
-        _set(self, "format_reward", float(fr))
-        _check_int("holdout_modulus", self.holdout_modulus, low=2, high=1_000_000)
-        _check_int("eval_per_difficulty", self.eval_per_difficulty, low=1, high=100_000)
-        _check_int("max_completion_chars", self.max_completion_chars, low=1, high=100_000)
+        check_int("filler_max", self.filler_max, low=0, high=128)
+        _set(self, "format_reward", check_format_reward(self.format_reward))
+        check_int("holdout_modulus", self.holdout_modulus, low=2, high=1_000_000)
+        check_int("eval_per_difficulty", self.eval_per_difficulty, low=1, high=100_000)
+        check_int("max_completion_chars", self.max_completion_chars, low=1, high=100_000)
         longest = self.filler_max + _longest_answer(self.max_digits, self.ops)
         if longest > self.max_completion_chars:
             raise ValueError(
                 f"max_completion_chars={self.max_completion_chars} is shorter than the longest reference "
                 f"completion ({longest} chars)"
             )
-
-
-def _check_int(field_name: str, value: object, low: int, high: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
-        raise ValueError(f"{field_name} must be an int in [{low}, {high}], got {value!r}")
 
 
 def operand_range(difficulty: int) -> tuple[int, int]:
@@ -299,30 +241,23 @@ class ArithmeticTask(Task):
                             seen.add((a, b))
                             pairs.append((a, b))
                 per_op.append([(d, op, a, b) for a, b in pairs])
-            per_difficulty.append(_interleave(per_op))
+            per_difficulty.append(interleave(per_op))
         # Interleaved (d1, d2, d3, d1, ...) so that a prefix of the eval set is still balanced.
-        chosen = _interleave(per_difficulty)
+        chosen = interleave(per_difficulty)
         return [self._make(f"{self.name}:eval:{k:04d}", a, op, b, d) for k, (d, op, a, b) in enumerate(chosen)]
 
     # ---------------------------------------------------------------------------------------------- verifier
 
     def reward(self, problem: Problem, completion: str, truncated: bool = False) -> RewardResult:
-        """Exact match of the answer part against the canonical answer (see module docstring).
-
-        Truncated completions (no `<eos>` before the length limit) are never correct and earn nothing, not even
-        the format reward: they did not finish, and rewarding them would reward running out of budget.
-        """
+        """Exact match of the answer part against the canonical answer (see module docstring). Truncated
+        completions are never correct and earn nothing (see `well_formed_result`)."""
         try:
             if not isinstance(completion, str) or len(completion) > self.config.max_completion_chars:
                 return invalid_result()
             m = self._answer_re.fullmatch(completion)
             if m is None:
                 return invalid_result()
-            if truncated:
-                return RewardResult(reward=0.0, correct=False, format_ok=False, malformed=False)
-            correct = m.group("answer") == problem.answer
-            reward = 1.0 if correct else self.config.format_reward
-            return RewardResult(reward=reward, correct=correct, format_ok=True, malformed=False)
+            return well_formed_result(m.group("answer") == problem.answer, truncated, self.config.format_reward)
         except Exception:  # a verifier must never take the training loop down
             return invalid_result()
 

@@ -16,8 +16,10 @@ A task is a deterministic prompt stream plus a verifier. Everything the training
 from __future__ import annotations
 
 import abc
+import math
 import random
 import zlib
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 # Completions longer than this many characters are never examined: the verifier answers "malformed" at once.
@@ -129,3 +131,84 @@ def _check_nonneg_int(field: str, value: object) -> None:
 def invalid_result() -> RewardResult:
     """The result for text that does not parse."""
     return RewardResult(reward=0.0, correct=False, format_ok=False, malformed=True)
+
+
+def well_formed_result(correct: bool, truncated: bool, format_reward: float) -> RewardResult:
+    """The result for text that parses as an answer.
+
+    A truncated completion (no `<eos>` before the length limit) is never correct and earns nothing, not even the
+    format reward: it did not finish, and rewarding it would reward running out of budget.
+    """
+    if truncated:
+        return RewardResult(reward=0.0, correct=False, format_ok=False, malformed=False)
+    return RewardResult(reward=1.0 if correct else format_reward, correct=correct, format_ok=True, malformed=False)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Validation and normalisation of task settings (shared by the config dataclasses).
+
+
+def check_int(field_name: str, value: object, low: int, high: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise ValueError(f"{field_name} must be an int in [{low}, {high}], got {value!r}")
+
+
+def check_format_reward(value: object) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not (0.0 <= value < 1.0):
+        raise ValueError(f"format_reward must be a number in [0, 1), got {value!r}")
+    return float(value)
+
+
+def normalize_weights(value: object, first: int) -> tuple[tuple[int, float], ...]:
+    """Difficulty weights -> sorted tuple of (difficulty, weight) pairs.
+
+    Accepted forms: a mapping {difficulty: weight} (keys may be digit strings, as JSON writes them), a sequence of
+    (difficulty, weight) pairs, or a flat sequence of numbers giving the weights of difficulties first, first+1, ...
+    (the form a YAML list takes).
+    """
+    if isinstance(value, Mapping):
+        items = list(value.items())
+    elif isinstance(value, Sequence) and not isinstance(value, str):
+        if all(isinstance(w, (int, float)) and not isinstance(w, bool) for w in value):
+            items = [(first + i, w) for i, w in enumerate(value)]
+        else:
+            items = []
+            for pair in value:
+                if not (isinstance(pair, Sequence) and not isinstance(pair, str) and len(pair) == 2):
+                    raise ValueError(f"difficulty_weights: expected numbers or (difficulty, weight) pairs, got {pair!r}")
+                items.append((pair[0], pair[1]))
+    else:
+        raise ValueError(f"difficulty_weights must be a mapping difficulty -> weight, got {value!r}")
+    out: dict[int, float] = {}
+    for k, w in items:
+        if isinstance(k, str) and k.strip().isdigit():
+            k = int(k)
+        if isinstance(k, bool) or not isinstance(k, int):
+            raise ValueError(f"difficulty_weights: difficulty keys must be ints, got {k!r}")
+        if k in out:
+            raise ValueError(f"difficulty_weights: difficulty {k} given twice")
+        if isinstance(w, bool) or not isinstance(w, (int, float)) or not math.isfinite(w) or w < 0:
+            raise ValueError(f"difficulty_weights: weight of difficulty {k} must be a finite number >= 0, got {w!r}")
+        out[k] = float(w)
+    return tuple(sorted(out.items()))
+
+
+def normalize_ops(value: object, valid: tuple[str, ...]) -> tuple[str, ...]:
+    """A sequence of ops, or a string of op characters ("+-*" as a config file writes it) -> tuple of ops."""
+    ops = tuple(value) if isinstance(value, (str, Sequence)) else None
+    if not ops:
+        raise ValueError(f"ops must be a non-empty sequence of {valid}, got {value!r}")
+    for op in ops:
+        if op not in valid:
+            raise ValueError(f"ops: unknown op {op!r}; valid ops are {valid}")
+    if len(set(ops)) != len(ops):
+        raise ValueError(f"ops: duplicate op in {value!r}")
+    return ops
+
+
+def interleave(groups: Sequence[Sequence]) -> list:
+    """Round-robin merge: [[a1, a2], [b1], [c1, c2]] -> [a1, b1, c1, a2, c2]. Any prefix stays balanced."""
+    out = []
+    for i in range(max((len(g) for g in groups), default=0)):
+        out.extend(g[i] for g in groups if i < len(g))
+    return out

@@ -28,15 +28,20 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 
-from .arithmetic import _check_int, _interleave, _normalize_ops, _normalize_weights
 from .base import (
     DEFAULT_MAX_COMPLETION_CHARS,
     Problem,
     RewardResult,
     Task,
+    check_format_reward,
+    check_int,
+    interleave,
     invalid_result,
+    normalize_ops,
+    normalize_weights,
     stable_hash,
     stream_rng,
+    well_formed_result,
 )
 from .safe_eval import SafeEvalLimits, safe_eval
 
@@ -74,12 +79,12 @@ class CountdownConfig:
 
     def __post_init__(self) -> None:
         _set = object.__setattr__
-        _check_int("min_numbers", self.min_numbers, low=1, high=8)
-        _check_int("max_numbers", self.max_numbers, low=self.min_numbers, high=8)
-        _check_int("max_number", self.max_number, low=1, high=999)
-        _check_int("max_target", self.max_target, low=1, high=10**6)
-        _set(self, "ops", _normalize_ops(self.ops, OPS))
-        weights = _normalize_weights(self.difficulty_weights, first=self.min_numbers)
+        check_int("min_numbers", self.min_numbers, low=1, high=8)
+        check_int("max_numbers", self.max_numbers, low=self.min_numbers, high=8)
+        check_int("max_number", self.max_number, low=1, high=999)
+        check_int("max_target", self.max_target, low=1, high=10**6)
+        _set(self, "ops", normalize_ops(self.ops, OPS))
+        weights = normalize_weights(self.difficulty_weights, first=self.min_numbers)
         for k, _ in weights:
             if not self.min_numbers <= k <= self.max_numbers:
                 raise ValueError(
@@ -88,13 +93,10 @@ class CountdownConfig:
         if sum(w for _, w in weights) <= 0:
             raise ValueError(f"difficulty_weights must have a positive sum, got {self.difficulty_weights!r}")
         _set(self, "difficulty_weights", weights)
-        fr = self.format_reward
-        if isinstance(fr, bool) or not isinstance(fr, (int, float)) or not (0.0 <= fr < 1.0):
-            raise ValueError(f"format_reward must be a number in [0, 1), got {fr!r}")
-        _set(self, "format_reward", float(fr))
-        _check_int("holdout_modulus", self.holdout_modulus, low=2, high=1_000_000)
-        _check_int("eval_per_difficulty", self.eval_per_difficulty, low=1, high=100_000)
-        _check_int("max_completion_chars", self.max_completion_chars, low=1, high=100_000)
+        _set(self, "format_reward", check_format_reward(self.format_reward))
+        check_int("holdout_modulus", self.holdout_modulus, low=2, high=1_000_000)
+        check_int("eval_per_difficulty", self.eval_per_difficulty, low=1, high=100_000)
+        check_int("max_completion_chars", self.max_completion_chars, low=1, high=100_000)
         if _longest_reference(self.max_numbers, self.max_number) > self.max_completion_chars:
             raise ValueError("max_completion_chars is shorter than the longest reference expression")
 
@@ -199,7 +201,7 @@ class CountdownTask(Task):
             # Interleaved over difficulties so that a prefix of the eval set is still balanced.
             self._eval_cache = tuple(
                 self._make(f"{self.name}:eval:{k:04d}", *drawn)
-                for k, drawn in enumerate(_interleave(per_difficulty))
+                for k, drawn in enumerate(interleave(per_difficulty))
             )
         return list(self._eval_cache)
 
@@ -218,11 +220,7 @@ class CountdownTask(Task):
             used = Counter(result.literals)
             if any(used[x] > available[x] for x in used):
                 return invalid_result()
-            if truncated:
-                return RewardResult(reward=0.0, correct=False, format_ok=False, malformed=False)
-            correct = result.value == problem.target
-            reward = 1.0 if correct else self.config.format_reward
-            return RewardResult(reward=reward, correct=correct, format_ok=True, malformed=False)
+            return well_formed_result(result.value == problem.target, truncated, self.config.format_reward)
         except Exception:  # a verifier must never take the training loop down
             return invalid_result()
 
