@@ -43,7 +43,8 @@ def _cmd_sweep(args) -> int:
 def _cmd_report(args) -> int:
     from analysis.report import write_report
 
-    print(write_report(args.runs_dir, x=args.x))
+    kw = {"primary": args.primary} if args.primary else {}
+    print(write_report(args.runs_dir, out_dir=args.out, x=args.x, **kw))
     return 0
 
 
@@ -91,6 +92,9 @@ def build_parser() -> argparse.ArgumentParser:
     r = sub.add_parser("report", help="write report.md, figures and tables for a folder of runs")
     r.add_argument("runs_dir")
     r.add_argument("--x", choices=("step", "tokens"), default="step", help="x axis of learning curves")
+    r.add_argument("--out", default=None, help="output folder (default: RUNS_DIR/report)")
+    r.add_argument("--primary", default=None,
+                   help="metric of the main tables (default: the sweep spec's report.primary, else eval/acc)")
     r.set_defaults(fn=_cmd_report)
 
     b = sub.add_parser("bench", help="time a few steps: tokens/s and where a step's time goes")

@@ -49,6 +49,8 @@ METRICS = {
     "rollout/tokens": "response tokens generated this step",
     "rollout/rounds": "sampling rounds this step (1 unless dynamic sampling refilled)",
     "rollout/groups_kept": "groups available for training after dynamic sampling",
+    "rollout/zero_var_frac": "fraction of groups of the first sampling round whose rewards are all equal "
+                             "(before dynamic sampling; adv/zero_var_frac is the same on the training batch)",
     "policy/entropy": "mean next-token entropy over valid response tokens (first pass over each minibatch)",
     "kl/exact": "exact KL(pi || pi_ref) summed over the vocabulary, mean over valid tokens",
     "kl/exact_fwd": "exact KL(pi_ref || pi), mean over valid tokens",
@@ -64,6 +66,7 @@ METRICS = {
     "eval/acc": "greedy accuracy on the held-out set",
     "eval/acc_d{d}": "greedy accuracy on held-out prompts of difficulty d",
     "eval/length": "mean greedy response length on the held-out set",
+    "eval/pass@1_d{d}": "sampled (temperature-1) accuracy on held-out prompts of difficulty d",
     "eval/pass@k": "unbiased pass@k from train.eval_samples samples per held-out prompt (Chen et al., 2021)",
     **{v: f"algos metric {k!r} (see algos.METRIC_DOCS)" for k, v in ALGOS_KEYS.items()},
 }

@@ -100,6 +100,9 @@ def load_sweep(path: str | Path, out_dir: str | None = None, extra_overrides: li
         arms = {a: {"objective": a} for a in arms}
     if not isinstance(arms, dict) or not isinstance(common, dict):
         raise ConfigError(f"{path}: 'arms' must be a mapping of arm name -> overrides and 'set' a mapping")
+    report = spec.get("report") or {}
+    if not isinstance(report, dict) or set(report) - {"primary"}:
+        raise ConfigError(f"{path}: 'report' must be a mapping with optional key 'primary' (a metric name)")
     grid = spec.get("grid") or {}
     for k, vals in grid.items():
         if not isinstance(vals, list) or not vals:
@@ -183,7 +186,8 @@ def write_sweep_files(sw: Sweep, command: str):
     sw.sweep_dir.mkdir(parents=True, exist_ok=True)
     (sw.sweep_dir / "sweep.yaml").write_text(sw.path.read_text())
     info = {"name": sw.name, "spec_hash": sw.spec_hash, "command": command, "arms": sw.arms,
-            "seeds": sw.seeds, "commit": _git_commit(), "base_config": sw.base, "spec_path": str(sw.path)}
+            "seeds": sw.seeds, "commit": _git_commit(), "base_config": sw.base, "spec_path": str(sw.path),
+            "report": sw.spec.get("report") or {}}
     (sw.sweep_dir / "sweep.json").write_text(json.dumps(info, indent=1))
 
 

@@ -36,6 +36,7 @@ import yaml
 import algos
 from algos import filters as F
 from algos import kl as KL
+from algos.advantages import group_stats
 from envs import task_spec
 from envs.tokenizer import BOS_ID, EOS_ID, PAD_ID, VOCAB_SIZE, build_char_tokenizer
 from experiments.config import ConfigError, TrainConfig, build_task, to_dict, to_yaml
@@ -44,6 +45,11 @@ from rollout.engine import Generation, HFEngine, SamplingParams, repeat_prompts
 from rollout.models import ValueModel, build_policy, frozen_copy, n_params
 from rollout.scoring import score, score_values
 from rollout.sft import cached_warm_start, encode_prompts, sft_train
+
+# transformers' own per-file progress bars (save/load of a 0.5 MB checkpoint) would drown the sweep's bar
+from transformers.utils import logging as _hf_logging  # noqa: E402
+
+_hf_logging.disable_progress_bar()
 
 SPECIAL = {"bos": BOS_ID, "eos": EOS_ID, "pad": PAD_ID}
 NONDETERMINISTIC_KEYS = ("time", "time/", "mem/")  # excluded when comparing two runs for determinism
@@ -164,6 +170,16 @@ def timed(s: "Setup", key: str):
         s.timers[key] += time.perf_counter() - t0
 
 
+def corrupt_digit(text: str, rng) -> str:
+    """Replace one digit of ``text`` with a different digit (noisy demonstrations for the warm start)."""
+    pos = [i for i, ch in enumerate(text) if ch.isdigit()]
+    if not pos:
+        return text
+    i = rng.choice(pos)
+    wrong = rng.choice([d for d in "0123456789" if d != text[i]])
+    return text[:i] + wrong + text[i + 1:]
+
+
 def warm_start(cfg: TrainConfig, task, tokenizer, cache_dir=None):
     """The cached SFT start for (task, model, sft settings, seed); identical for every arm of a seed."""
     key = {"task": task_spec(task), "arch": cfg.model.arch, "attn": cfg.model.attn, "vocab": VOCAB_SIZE,
@@ -179,7 +195,10 @@ def warm_start(cfg: TrainConfig, task, tokenizer, cache_dir=None):
 
         def batch_fn(step, rng):
             probs = task.prompts(sft_seed, step * cfg.sft.batch_size, cfg.sft.batch_size)
-            return [p.prompt for p in probs], [task.sft_target(p, rng) for p in probs]
+            targets = [task.sft_target(p, rng) for p in probs]
+            if cfg.sft.noise and step >= cfg.sft.noise_start * cfg.sft.steps:
+                targets = [corrupt_digit(t, rng) if rng.random() < cfg.sft.noise else t for t in targets]
+            return [p.prompt for p in probs], targets
 
         losses = sft_train(model, tokenizer, batch_fn, steps=cfg.sft.steps, lr=cfg.sft.lr, seed=cfg.seed,
                            special=SPECIAL)
@@ -198,7 +217,9 @@ def build_setup(cfg: TrainConfig, cache_dir=None) -> Setup:
     needs_ref = obj.kl.placement != "none" or cfg.log.ref_kl
     reference = frozen_copy(policy) if needs_ref else None
     critic = ValueModel(policy) if obj.adv.estimator == "gae" else None
-    max_new = cfg.rollout.max_new_tokens or task.max_response_len() + 2
+    # headroom past the longest reference answer, so length can vary (and DAPO's overlong band, max_new -
+    # overlong_cache, starts beyond every correct answer)
+    max_new = cfg.rollout.max_new_tokens or task.max_response_len() + 6
     if cfg.rollout.engine == "vllm":
         from rollout.vllm_engine import VLLMEngine
         engine = VLLMEngine(ckpt)
@@ -313,6 +334,10 @@ def evaluate(s: Setup, step: int) -> dict:
     c = smp.correct.view(len(problems), k).sum(-1).tolist()
     for kk in sorted({1, k}):
         row[f"eval/pass@{kk}"] = _mean([pass_at_k(k, ci, kk) for ci in c])
+    for d in s.task.difficulties:  # sampled accuracy per difficulty: where RL's gains show
+        cd = [ci for ci, p in zip(c, problems) if p.difficulty == d]
+        if cd:
+            row[f"eval/pass@1_d{d}"] = _mean([ci / k for ci in cd])
     return row
 
 
@@ -338,6 +363,8 @@ def collect(s: Setup, step: int, state: dict) -> tuple[Batch, Batch, dict]:
             b.rewards = b.rewards + F.overlong_penalty(lengths, s.sampling.max_new_tokens,
                                                        filt.overlong_cache, filt.overlong_factor).float()
         everything.append(b)
+        if rounds == 1 and G > 1:  # before any filtering: how many fresh groups carry no signal
+            first_zero_var = float(group_stats(b.rewards, G).zero_var.float().mean())
         if filt.dynamic_sampling:
             keep_groups = F.dynamic_sampling_keep(b.rewards, G)
             rows = keep_groups.repeat_interleave(G).nonzero().squeeze(-1)
@@ -351,6 +378,8 @@ def collect(s: Setup, step: int, state: dict) -> tuple[Batch, Batch, dict]:
             break
     allb = concat_batches(everything)
     m = {"rollout/rounds": rounds, "rollout/groups_kept": n_kept}
+    if G > 1:
+        m["rollout/zero_var_frac"] = first_zero_var
     if not kept:
         return None, allb, m
     train_b = concat_batches(kept)

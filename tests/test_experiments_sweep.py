@@ -1,0 +1,106 @@
+"""Sweep specs: expansion, validation, and resumption after a crash."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from experiments.config import ConfigError
+from experiments.sweep import load_sweep
+
+FAST = {"sft.steps": 30, "sft.batch_size": 32, "train.steps": 4, "rollout.completions_per_step": 16,
+        "task.eval_per_difficulty": 2, "train.eval_samples": 2, "train.eval_every": 2,
+        "train.checkpoint_every": 2}
+
+
+def _spec(tmp_path, body: str, name="s.yaml"):
+    p = tmp_path / name
+    p.write_text(body)
+    return p
+
+
+def test_arms_grid_and_seeds_expand_to_every_combination(tmp_path):
+    p = _spec(tmp_path, """
+name: ab
+seeds: [0, 1, 2]
+set: {train.steps: 7}
+arms:
+  grpo: {objective: grpo}
+  dapo: {objective: dapo, objective.ratio.eps_high: 0.3}
+grid:
+  objective.loss.agg: [token_mean, seq_mean_token_mean]
+""")
+    sw = load_sweep(p, out_dir=str(tmp_path / "out"))
+    assert len(sw.runs) == 2 * 2 * 3 and len(sw.arms) == 4
+    names = {r.cfg.run_name for r in sw.runs}
+    assert "grpo-agg=token_mean__s0" in names and "dapo-agg=seq_mean_token_mean__s2" in names
+    for r in sw.runs:
+        assert r.cfg.train.steps == 7 and r.cfg.seed == r.seed
+        assert r.cfg.out_dir == str(tmp_path / "out" / "ab")
+        assert r.cfg.objective.loss.agg in ("token_mean", "seq_mean_token_mean")
+        assert r.cfg.objective.name == r.arm.split("-")[0]
+        if r.arm.startswith("dapo"):
+            assert r.cfg.objective.ratio.eps_high == 0.3
+    # arms of a seed differ only in what the spec names
+    g0 = [r.cfg for r in sw.runs if r.seed == 0 and r.arm.startswith("grpo")]
+    assert g0[0].sft == g0[1].sft and g0[0].task == g0[1].task and g0[0].rollout == g0[1].rollout
+
+
+def test_list_of_presets_and_seed_count(tmp_path):
+    sw = load_sweep(_spec(tmp_path, "arms: [ppo, gspo]\nseeds: 2\n"))
+    assert sw.arms == ["ppo", "gspo"] and sw.seeds == [0, 1] and len(sw.runs) == 4
+    assert sw.name == "s"
+
+
+@pytest.mark.parametrize("body, needle", [
+    ("arms: [grpo]\nseedz: [0]\n", "seedz"),
+    ("arms: [grpo]\nseeds: [0, 0]\n", "duplicates"),
+    ("arms: [grpo]\nseeds: [-1]\n", "seeds"),
+    ("arms: {a: {objective: nope}}\n", "arm 'a'"),
+    ("arms: {a: {train.stepz: 3}}\n", "train.stepz"),
+    ("arms: [grpo]\ngrid: {objective.loss.agg: []}\n", "grid.objective.loss.agg"),
+    ("arms: [grpo]\nbase: missing.yaml\n", "missing.yaml"),
+    ("arms: [grpo\n", "YAML"),
+])
+def test_bad_specs_fail_before_any_run(tmp_path, body, needle):
+    with pytest.raises(ConfigError, match=None) as e:
+        load_sweep(_spec(tmp_path, body), out_dir=str(tmp_path / "out"))
+    assert needle in str(e.value)
+    assert not (tmp_path / "out").exists()
+
+
+def test_quickstart_spec_is_valid():
+    sw = load_sweep("experiments/sweeps/quickstart.yaml")
+    assert set(sw.arms) == {"ppo", "grpo", "dr_grpo", "dapo", "gspo"} and len(sw.seeds) >= 3
+    # identical conditions: same budget and start settings in every arm
+    assert len({(r.cfg.rollout.completions_per_step, repr(r.cfg.sft), repr(r.cfg.task)) for r in sw.runs}) == 1
+
+
+def _rows(path):
+    return [json.loads(l) for l in open(path)]
+
+
+def test_killed_sweep_resumes_without_redoing_or_duplicating(tmp_path):
+    sets = "\n".join(f"  {k}: {v}" for k, v in FAST.items())
+    spec = _spec(tmp_path, f"name: k\nseeds: [0]\narms: [grpo, dr_grpo]\nset:\n{sets}\n")
+    out = tmp_path / "out"
+    cmd = [sys.executable, "-m", "experiments.cli", "sweep", str(spec), "--out", str(out), "--workers", "1",
+           "--no-report"]
+    env = {**os.environ, "OBJBENCH_CACHE": str(tmp_path / "cache"), "OBJBENCH_CRASH_AT_STEP": "3"}
+    p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
+    assert p.returncode != 0  # the first run died after logging step 3 (checkpoint at step 2)
+    first = out / "k" / "grpo__s0"
+    assert not (first / "done").exists() and len(_rows(first / "metrics.jsonl")) == 3
+    env.pop("OBJBENCH_CRASH_AT_STEP")
+    p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stderr[-3000:]
+    for arm in ("grpo", "dr_grpo"):
+        run = out / "k" / f"{arm}__s0"
+        assert (run / "done").exists()
+        assert [r["step"] for r in _rows(run / "metrics.jsonl")] == [1, 2, 3, 4]
+    done_mtime = (first / "done").stat().st_mtime
+    p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0 and "2 already finished" in p.stdout
+    assert (first / "done").stat().st_mtime == done_mtime  # finished runs are not redone
