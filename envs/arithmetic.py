@@ -71,7 +71,11 @@ class ArithmeticConfig:
     """Operations drawn uniformly: any non-empty subset of "+", "-", "*" (a string "+-*" is accepted)."""
     difficulty_weights: tuple[tuple[int, float], ...] = ((1, 0.25), (2, 0.5), (3, 0.25))
     """Training mixture over difficulties: a mapping, (difficulty, weight) pairs, or a flat list of weights of
-    difficulties 1, 2, ...; normalised by the sum."""
+    difficulties 1, 2, ...; normalised by the sum. The default was measured with the "tiny" policy (2 layers,
+    0.13M parameters), SFT 800 steps x 64 at lr 3e-3, greedy accuracy on held-out problems, seeds 0-2:
+    1-digit 0.92-1.0, 2-digit 0.78-0.99, 3-digit 0.005-0.125, so RL starts at intermediate accuracy with the
+    3-digit problems as headroom. Heavier 3-digit mixtures were erratic ({1: .1, 2: .3, 3: .6}: 3-digit 0.86 for
+    seed 0, nothing learnt at all for seed 1); 300 steps at lr 1e-3 learns almost nothing with any mixture."""
     reverse_answer: bool = True
     """Write the answer's digits least significant first (see module docstring)."""
     filler_max: int = 0
