@@ -16,7 +16,7 @@ import torch
 from torch import nn
 from transformers import AutoModelForCausalLM, LlamaConfig, LlamaForCausalLM, PreTrainedModel
 
-# Named tiny Llama-architecture families for CPU work. Parameter counts are for the 25-token character
+# Named tiny Llama-architecture families for CPU work. Parameter counts are for the 24-token character
 # vocabulary of envs.tokenizer (tied embeddings): tiny ~0.13M, small ~1.05M.
 TINY_ARCHS: dict[str, dict] = {
     "tiny": dict(hidden_size=64, intermediate_size=256, num_hidden_layers=2, num_attention_heads=4),

@@ -117,3 +117,26 @@ def test_every_preset_runs_a_step(tmp_path, objective):
         assert "value/loss" in rows[0] and "value/explained_var" in rows[0]
     if objective == "gspo":
         assert rows[0]["optim/steps"] == 4  # four minibatches per rollout batch
+
+
+def test_wandb_logging_runs_offline(tmp_path, monkeypatch):
+    wandb = pytest.importorskip("wandb")
+    monkeypatch.delenv("WANDB_API_KEY", raising=False)
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    run = train(_cfg(tmp_path, "name=w", "train.steps=2", "log.wandb=true"), progress=False,
+                meta_extra={"arm": "grpo", "sweep": "t"})
+    offline = list((run / "wandb").glob("offline-run-*"))
+    assert (run / "done").exists() and offline, "expected an offline wandb run folder"
+    assert wandb.run is None  # finished
+
+
+def test_bench_reports_a_complete_time_split(tmp_path):
+    from experiments.bench import bench
+
+    res = bench(None, FAST + ["objective=ppo"], steps=2, warmup=1, quiet=True)
+    ph = res["phases"]
+    for k in ("sample", "reward", "reference", "critic", "forward", "backward", "optimizer", "other"):
+        assert k in ph, k
+    assert abs(sum(ph.values()) - res["s_per_step"]) < 1e-6  # the phases add up to the step
+    assert res["rollout_tokens_per_s"] > 0 and res["update_tokens_per_s"] > 0
+    assert 0 <= res["harness_overhead_frac"] < 1
