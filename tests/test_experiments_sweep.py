@@ -104,3 +104,9 @@ def test_killed_sweep_resumes_without_redoing_or_duplicating(tmp_path):
     p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
     assert p.returncode == 0 and "2 already finished" in p.stdout
     assert (first / "done").stat().st_mtime == done_mtime  # finished runs are not redone
+
+
+@pytest.mark.parametrize("spec", sorted(__import__("glob").glob("experiments/sweeps/*.yaml")))
+def test_every_shipped_sweep_spec_resolves(spec):
+    sw = load_sweep(spec)
+    assert sw.runs and len(sw.seeds) >= 3
