@@ -57,13 +57,14 @@ ACC_LIM = (-0.02, 1.02)
 TRAINING_PANELS: tuple[Panel, ...] = (
     Panel("training reward accuracy", ("reward/acc",), "accuracy (fraction)", ylim=ACC_LIM),
     Panel("eval accuracy (held-out, greedy)", ("eval/acc",), "accuracy (fraction)", "evals", ACC_LIM),
+    Panel("eval pass@1 (held-out, sampled)", ("eval/pass@1",), "accuracy (fraction)", "evals", ACC_LIM),
     Panel("length of correct responses", ("length/correct",), "length (tokens)"),
     Panel("length of incorrect responses", ("length/incorrect",), "length (tokens)"),
     Panel("policy entropy", ("policy/entropy",), "entropy (nats/token)"),
     Panel("KL to reference", ("kl/exact", "kl/k3", "kl/k1", "kl/k2"), "KL (nats/token)"),
     Panel("clipped tokens, ratio < 1 - eps_low", ("policy/clipfrac_low",), "fraction of tokens"),
     Panel("clipped tokens, ratio > 1 + eps_high", ("policy/clipfrac_high",), "fraction of tokens"),
-    Panel("groups with zero reward variance", ("adv/zero_var_frac",), "fraction of groups"),
+    Panel("groups with zero reward variance", ("rollout/zero_var_frac", "adv/zero_var_frac"), "fraction of groups"),
 )
 """The default learning-curve panels of the report."""
 

@@ -185,7 +185,7 @@ def write_report(runs_dir, out_dir=None, x: str = "step", *, last_k: int = 1, sm
     figures: list[tuple[str, str]] = []  # (file name, caption)
     sm = f", smoothed (rolling mean of {smooth} points)" if smooth and smooth > 1 else ""
     curves = panel_curves(runs, TRAINING_PANELS, x=x, smooth=smooth, seed=seed)
-    fig, _ = plot_panels(curves, colors, x=x, ncols=3,
+    fig, _ = plot_panels(curves, colors, x=x, ncols=5,
                          title=f"{sweep['name']}: learning curves per arm (mean over seeds, 95% bootstrap band{sm})",
                          ylims=[p.ylim for p in TRAINING_PANELS], markers=[p.source == "evals" for p in TRAINING_PANELS])
     name = f"curves_{x}.png"
