@@ -18,6 +18,7 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 from matplotlib.ticker import EngFormatter
+from matplotlib.transforms import ScaledTranslation
 
 __all__ = [
     "Panel",
@@ -128,7 +129,7 @@ def plot_curves(curves: pd.DataFrame, colors: Mapping[str, tuple], x: str = "ste
 
 
 def _not_logged(ax, title: str) -> None:
-    ax.set_title(title, fontsize="medium")
+    ax.set_title(title, fontsize="medium", y=1.0)
     ax.text(0.5, 0.5, "not logged", ha="center", va="center", transform=ax.transAxes, color="0.45",
             fontsize="large")
     ax.set_xticks([])
@@ -137,7 +138,7 @@ def _not_logged(ax, title: str) -> None:
         side.set_color("0.8")
 
 
-def plot_panels(panels: Sequence[tuple[str, str, pd.DataFrame | None]], colors: Mapping[str, tuple],
+def plot_panels(panels: Sequence[tuple[str, str, pd.DataFrame | None] | None], colors: Mapping[str, tuple],
                 x: str = "step", ncols: int = 3, title: str = "", by: str = "arm",
                 ylims: Sequence[tuple[float, float] | None] | None = None, markers: Sequence[bool] | None = None,
                 panel_size: tuple[float, float] = (3.9, 2.6), sharey: bool = False):
@@ -145,7 +146,8 @@ def plot_panels(panels: Sequence[tuple[str, str, pd.DataFrame | None]], colors: 
 
     Args:
         panels: ``(title, ylabel, curves)`` per panel; ``curves`` as in :func:`draw_curves`, or None / empty for
-            a metric that was not logged (the panel then says "not logged").
+            a metric that was not logged (the panel then says "not logged"). A panel that is None leaves its grid
+            cell empty (to start a new row).
         colors: arm -> colour (:func:`arm_colors`); fixes the drawing and legend order.
         x: x column (``"step"`` or ``"tokens"``), which also picks the x label.
         ylims: optional fixed y limits per panel.
@@ -159,8 +161,12 @@ def plot_panels(panels: Sequence[tuple[str, str, pd.DataFrame | None]], colors: 
     fig, axes = _grid_figure(nrows, ncols, panel_size, top_in=0.95 if title else 0.55, bottom_in=0.95,
                              sharey=sharey)
     seen: dict[str, tuple] = {}  # arm -> (handle, largest n in any panel)
-    for i, (ptitle, ylabel, curves) in enumerate(panels):
+    for i, panel in enumerate(panels):
         ax = axes.flat[i]
+        if panel is None:
+            ax.set_visible(False)
+            continue
+        ptitle, ylabel, curves = panel
         if curves is None or len(curves) == 0:
             _not_logged(ax, ptitle)
             continue
@@ -169,7 +175,7 @@ def plot_panels(panels: Sequence[tuple[str, str, pd.DataFrame | None]], colors: 
             seen[g] = (seen.get(g, (h, 0))[0], max(n_g, seen.get(g, (h, 0))[1]))
         _style_x(ax, x)
         ax.set_ylabel(ylabel)
-        ax.set_title(ptitle, fontsize="medium")
+        ax.set_title(ptitle, fontsize="medium", y=1.0)  # fixed y: skips the auto-placement pass (no top ticks)
         if ylims and ylims[i] is not None:
             ax.set_ylim(*ylims[i])
     for ax in axes.flat[n:]:
@@ -202,8 +208,12 @@ def _grid_figure(nrows: int, ncols: int, panel_size: tuple[float, float], top_in
 
 
 def plot_final(per_run: pd.DataFrame, summary: pd.DataFrame, colors: Mapping[str, tuple], xlabel: str,
-               title: str = "", by: str = "arm", ax=None, xlim: tuple[float, float] | None = None):
+               title: str = "", by: str = "arm", ax=None, xlim: tuple[float, float] | None = None,
+               reference: tuple[float, str] | None = None):
     """Final score per arm: mean with its CI as a bar, one dot per run (seed). Returns ``(fig, ax)``.
+
+    ``reference``: optional ``(value, label)`` drawn as a dashed grey vertical line with a legend entry (e.g. the
+    start policy's score).
 
     Data contract:
         ``per_run``: columns ``[by, "value"]``, one row per run (the final score of that run).
@@ -229,6 +239,11 @@ def plot_final(per_run: pd.DataFrame, summary: pd.DataFrame, colors: Mapping[str
         ax.scatter(vals, y + jitter, s=16, color=color, edgecolor="black", linewidth=0.4, zorder=3)
     ax.set_yticks(range(len(arms)), [f"{a} (n={(per_run[by] == a).sum()})" for a in reversed(arms)])
     ax.set_ylim(-0.6, len(arms) - 0.4)
+    if reference is not None:
+        ax.axvline(reference[0], color="0.35", ls="--", lw=1.2, zorder=1, label=reference[1])
+        below_xlabel = ax.transAxes + ScaledTranslation(0, -0.48, fig.dpi_scale_trans)  # 0.48 in under the axes
+        ax.legend(loc="upper center", bbox_to_anchor=(0.5, 0.0), bbox_transform=below_xlabel, frameon=False,
+                  fontsize="small")
     ax.margins(x=0.08)
     ax.set_xlabel(xlabel)
     if xlim is not None:

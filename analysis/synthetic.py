@@ -27,6 +27,7 @@ def write_synthetic_sweep(
     incomplete: Sequence[str] = (),
     name: str = "synthetic",
     seed: int = 0,
+    sampled_buckets: bool = False,
 ) -> Path:
     """Create ``path/`` with sweep.json, sweep.yaml and one run folder per (arm, seed).
 
@@ -38,6 +39,7 @@ def write_synthetic_sweep(
             line in metrics.jsonl, as when a job is killed mid-write.
         name: sweep name.
         seed: seed of the noise.
+        sampled_buckets: also log per-difficulty sampled accuracy ``eval/pass@1_d{1,2,3}`` in eval.jsonl.
 
     Returns:
         ``Path(path)``.
@@ -61,12 +63,12 @@ def write_synthetic_sweep(
             run = f"{arm}__s{s}"
             rng = np.random.default_rng([seed, ai, int(s)])
             _write_run(root / run, run, arm, int(s), ai, len(arms), steps, eval_every, rng, sweep,
-                       half=run in set(incomplete))
+                       half=run in set(incomplete), sampled_buckets=sampled_buckets)
     return root
 
 
 def _write_run(d: Path, run: str, arm: str, s: int, ai: int, n_arms: int, steps: int, eval_every: int,
-               rng: np.random.Generator, sweep: dict, half: bool) -> None:
+               rng: np.random.Generator, sweep: dict, half: bool, sampled_buckets: bool = False) -> None:
     d.mkdir(parents=True, exist_ok=True)
     (d / "config.yaml").write_text(
         f"name: {arm}\nseed: {s}\nalgo:\n  preset: {arm}\n  clip:\n    low: 0.2\n    high: 0.28\n"
@@ -124,14 +126,17 @@ def _write_run(d: Path, run: str, arm: str, s: int, ai: int, n_arms: int, steps:
     for step in eval_steps:
         prog = 1.0 - np.exp(-step / rate)
         acc = float(np.clip(0.1 + (ceiling - 0.1) * prog + rng.normal(0, 0.04), 0, 1))
-        evals.append(json.dumps({
+        rec = {
             "step": step, "tokens": tok_at.get(step, 0),
             "eval/acc": acc,
             "eval/acc_d1": float(np.clip(acc + 0.2, 0, 1)), "eval/acc_d2": acc,
             "eval/acc_d3": float(np.clip(acc - 0.2, 0, 1)),
             "eval/pass@1": acc, "eval/pass@4": float(1 - (1 - acc) ** 4),
             "eval/length": 22 + 10 * prog,
-        }))
+        }
+        if sampled_buckets:
+            rec.update({f"eval/pass@1_d{k}": float(np.clip(acc + 0.15 * (2 - k), 0, 1)) for k in (1, 2, 3)})
+        evals.append(json.dumps(rec))
     (d / "eval.jsonl").write_text("\n".join(evals) + "\n")
     if not half:
         (d / "done").write_text("")

@@ -6,7 +6,9 @@ counted as final unless it is the only point. The table says which k and which s
 
 Statistics per arm (analysis.stats): mean over runs with a 95% percentile-bootstrap CI over runs
 (10 000 resamples, seed 0), the IQM over runs, and the number of runs (seeds). The pairwise table gives
-P(X > Y) (Mann-Whitney probability of improvement, ties 1/2) with a two-sample bootstrap CI.
+P(X > Y) (Mann-Whitney probability of improvement, ties 1/2) with a two-sample bootstrap CI. The improvement
+table pairs each run's final score with its own step-0 score (the start policy) and bootstraps the mean of the
+per-seed differences.
 
 Provenance (the numbers' origin and the command that remakes them) is attached to every output:
 - Markdown: a ``Provenance:`` line directly under the table (hash, commit and commands as code spans).
@@ -35,9 +37,11 @@ __all__ = [
     "final_table",
     "pairwise_table",
     "bucket_aggregate_table",
+    "improvement_table",
     "format_final_table",
     "format_pairwise_table",
     "format_aggregate_table",
+    "format_improvement_table",
     "to_markdown",
     "to_latex",
     "write_table",
@@ -223,6 +227,43 @@ def bucket_aggregate_table(frame: pd.DataFrame, bucket_metrics: Sequence[str], a
     return pd.DataFrame(rows, columns=cols)
 
 
+def improvement_table(frame: pd.DataFrame, metric: str, arms: Sequence[str] | None = None, last_k: int = 1,
+                      confidence: float = 0.95, n_resamples: int = DEFAULT_RESAMPLES,
+                      seed: int = 0) -> pd.DataFrame:
+    """Start -> final per arm: did the runs improve on the policy they started from?
+
+    A run's start value is its point at step 0 (the start policy, which every arm of a seed shares); its final
+    value is as in :func:`final_scores` (step 0 excluded). Only runs that have both are used ("paired runs"), so
+    ``final_mean - start_mean == diff_mean`` holds exactly. The CI is a percentile bootstrap of the mean of the
+    per-run differences (each seed's difference resampled as one unit, which keeps the pairing).
+
+    Returns:
+        DataFrame with columns metric, arm, n (paired runs), start_mean, final_mean, diff_mean, diff_low,
+        diff_high, n_improved (runs with final > start), steps (range of final steps); arms without a paired run
+        are left out.
+    """
+    cols = ["metric", "arm", "n", "start_mean", "final_mean", "diff_mean", "diff_low", "diff_high", "n_improved",
+            "steps"]
+    _check(frame, ["run", "arm", "seed", "step", "metric", "value"], "improvement_table")
+    d = frame[(frame["metric"] == metric) & frame["value"].notna()]
+    start = d[d["step"] == 0].groupby("run", sort=False)["value"].last()
+    fs = final_scores(frame, metric, last_k)
+    if fs.empty or start.empty:
+        return pd.DataFrame(columns=cols)
+    fs = fs[fs["run"].isin(start.index) & (fs["last_step"] > 0)]  # paired: a start and a later point
+    fs = fs.assign(start=fs["run"].map(start).astype(float))
+    rows = []
+    for arm in _arm_order(arms, fs["arm"].tolist()):
+        g = fs[fs["arm"] == arm]
+        s, f = g["start"].to_numpy(dtype=float), g["value"].to_numpy(dtype=float)
+        ci = bootstrap_ci(f - s, confidence=confidence, n_resamples=n_resamples, seed=seed)
+        lo, hi = int(g["first_step"].min()), int(g["last_step"].max())
+        rows.append({"metric": metric, "arm": arm, "n": len(g), "start_mean": float(s.mean()),
+                     "final_mean": float(f.mean()), "diff_mean": ci.point, "diff_low": ci.low, "diff_high": ci.high,
+                     "n_improved": int((f > s).sum()), "steps": str(lo) if lo == hi else f"{lo}-{hi}"})
+    return pd.DataFrame(rows, columns=cols)
+
+
 # ---------------------------------------------------------------------------------------------- formatting
 
 
@@ -273,6 +314,26 @@ def format_aggregate_table(df: pd.DataFrame, digits: int = 3) -> pd.DataFrame:
         "IQM 95% CI": [_fmt_ci(lo, hi, digits) for lo, hi in zip(df["iqm_low"], df["iqm_high"])],
         "mean": [_fmt(v, digits) for v in df["mean"]],
         "mean 95% CI": [_fmt_ci(lo, hi, digits) for lo, hi in zip(df["mean_low"], df["mean_high"])],
+    })
+
+
+def format_improvement_table(df: pd.DataFrame, digits: int = 3) -> pd.DataFrame:
+    """Display form of :func:`improvement_table` (the difference signed, e.g. ``+0.233``)."""
+    def signed(v) -> str:
+        return "n/a" if v is None or not np.isfinite(v) else f"{v:+.{digits}f}"
+
+    def ci(lo, hi) -> str:
+        return f"[{signed(lo)}, {signed(hi)}]" if np.isfinite(lo) and np.isfinite(hi) else _fmt_ci(lo, hi, digits)
+
+    return pd.DataFrame({
+        "arm": df["arm"],
+        "n seeds": df["n"].astype(str),
+        "start (step 0)": [_fmt(v, digits) for v in df["start_mean"]],
+        "final": [_fmt(v, digits) for v in df["final_mean"]],
+        "final - start": [signed(v) for v in df["diff_mean"]],
+        "95% CI": [ci(lo, hi) for lo, hi in zip(df["diff_low"], df["diff_high"])],
+        "improved": [f"{k}/{n}" for k, n in zip(df["n_improved"], df["n"])],
+        "final steps": df["steps"],
     })
 
 

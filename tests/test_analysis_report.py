@@ -10,7 +10,7 @@ from matplotlib.colors import to_rgba
 
 from analysis.load import IncompleteRunWarning, load_runs
 from analysis.plots import TRAINING_PANELS, arm_colors, plot_final, plot_panels
-from analysis.report import final_metrics, panel_curves, report_command, write_report
+from analysis.report import final_metrics, panel_curves, report_command, resolve_primary, write_report
 from analysis.synthetic import write_synthetic_sweep
 
 ARMS = ("grpo", "dr_grpo")
@@ -99,6 +99,11 @@ def test_report_command_forms():
     assert report_command("runs/q", x="tokens") == "objbench report runs/q --x tokens"
     cmd = report_command("runs/q", out_dir="out", last_k=3, smooth=None)
     assert cmd == "python -c \"from analysis.report import write_report; write_report('runs/q', out_dir='out', last_k=3)\""
+    # objbench report has --out and --primary
+    assert (report_command("runs/q", out_dir="my out", x="tokens", primary="eval/pass@1")
+            == "objbench report runs/q --x tokens --out 'my out' --primary eval/pass@1")
+    cmd = report_command("runs/q", primary="eval/pass@1", seed=3)
+    assert cmd.endswith("write_report('runs/q', primary='eval/pass@1', seed=3)\"")
 
 
 def test_final_metrics_falls_back_to_training_accuracy(sweep):
@@ -152,3 +157,139 @@ def test_plot_final_draws_ci_and_seeds():
     assert ax.get_xlabel() == "final acc (fraction)"
     assert [t.get_text() for t in ax.get_yticklabels()] == ["b (n=1)", "a (n=2)"]
     assert len(ax.collections) == 2  # one scatter of seeds per arm
+
+
+# ------------------------------------------------------------------------------------------------ primary metric
+@pytest.fixture(scope="module")
+def sampled(tmp_path_factory):
+    """2 arms x 3 seeds, complete, with per-difficulty sampled accuracy eval/pass@1_d{1,2,3}."""
+    root = tmp_path_factory.mktemp("sampled") / "synth"
+    return write_synthetic_sweep(root, arms=ARMS, seeds=(0, 1, 2), steps=6, eval_every=3, sampled_buckets=True)
+
+
+def _set_sweep_report(root, report):
+    info = json.loads((root / "sweep.json").read_text())
+    info["report"] = report
+    (root / "sweep.json").write_text(json.dumps(info))
+
+
+def test_primary_resolution_order(sampled, tmp_path):
+    runs = load_runs(sampled)
+    assert resolve_primary(runs) == ("eval/acc", "default")
+    assert resolve_primary(runs, "eval/pass@4") == ("eval/pass@4", "argument")
+    assert resolve_primary(runs, "reward/acc") == ("reward/acc", "argument")  # a training key is allowed
+    root = tmp_path / "s"
+    write_synthetic_sweep(root, arms=ARMS, seeds=(0,), steps=4, eval_every=2)
+    _set_sweep_report(root, {})  # what the sweep runner writes for a spec without report:
+    assert resolve_primary(load_runs(root)) == ("eval/acc", "default")
+    _set_sweep_report(root, {"primary": "eval/pass@1"})
+    with_spec = load_runs(root)
+    assert resolve_primary(with_spec) == ("eval/pass@1", "sweep.json")
+    assert resolve_primary(with_spec, "eval/pass@4") == ("eval/pass@4", "argument")  # the argument wins
+    _set_sweep_report(root, {"primary": "eval/pass@2"})
+    with pytest.raises(ValueError, match=r"'eval/pass@2' \(from sweep.json report.primary\).*eval keys: .*eval/pass@1"):
+        resolve_primary(load_runs(root))
+    _set_sweep_report(root, "eval/pass@1")
+    with pytest.raises(ValueError, match="sweep.json 'report' must be a mapping"):
+        resolve_primary(load_runs(root))
+
+
+def test_primary_unknown_key_fails_before_writing(sampled, tmp_path):
+    out = tmp_path / "never"
+    with pytest.raises(ValueError) as e:
+        write_report(sampled, out_dir=out, primary="eval/pass@2")
+    msg = str(e.value)
+    assert "'eval/pass@2'" in msg and "primary argument" in msg
+    assert "eval/acc, eval/acc_d1" in msg and "eval/pass@1_d3" in msg  # lists the eval keys
+    assert not out.exists()
+
+
+def test_final_metrics_with_primary(sampled):
+    runs = load_runs(sampled)
+    source, keys, primary = final_metrics(runs, "eval/pass@1")
+    assert (source, primary) == ("evals", "eval/pass@1")
+    assert keys[4:9] == ["eval/pass@1", "eval/pass@1_d1", "eval/pass@1_d2", "eval/pass@1_d3", "eval/pass@4"]
+    assert final_metrics(runs, "reward/acc")[:1] == ("metrics",)
+    source, keys, primary = final_metrics(runs, "policy/entropy")
+    assert source == "metrics" and keys[-1] == "policy/entropy" and keys[0] == "reward/acc"
+
+
+@pytest.fixture(scope="module")
+def pass1_report(sampled, tmp_path_factory):
+    out = tmp_path_factory.mktemp("pass1")
+    return write_report(sampled, out_dir=out, primary="eval/pass@1")
+
+
+def test_report_leads_with_primary(pass1_report, sampled):
+    out = pass1_report.parent
+    md = pass1_report.read_text()
+    cmd = f"objbench report {sampled} --out {out} --primary eval/pass@1"
+    assert "- primary metric: `eval/pass@1` (chosen for this report)" in md
+    # order: main table, start -> final, P(X > Y), difficulty aggregate
+    main, imp = md.index("| eval/pass@1 | grpo | 3 |"), md.index("### Start -> final")
+    assert main < imp < md.index("## Probability of improvement") < md.index("## Aggregate over difficulty buckets")
+    assert "final `eval/pass@1` (ties count 1/2)" in md
+    assert (pd.read_csv(out / "pairwise.csv")["metric"] == "eval/pass@1").all()
+    agg = pd.read_csv(out / "difficulty.csv")
+    assert (agg["buckets"] == "eval/pass@1_d1,eval/pass@1_d2,eval/pass@1_d3").all()
+    assert "final_eval_pass_1.png" in md and (out / "final_eval_pass_1.png").read_bytes()[:8] == PNG_MAGIC
+    # the improvement table: written in every format, numbers = paired step-0 / final values, command stamped
+    imp_csv = pd.read_csv(out / "improvement.csv")
+    ev = load_runs(sampled).evals
+    ev = ev[ev["metric"] == "eval/pass@1"]
+    for arm in ARMS:
+        a = ev[ev["arm"] == arm]
+        start = a[a["step"] == 0].groupby("seed")["value"].first()
+        final = a[a["step"] == a["step"].max()].groupby("seed")["value"].first()
+        row = imp_csv[imp_csv["arm"] == arm].iloc[0]
+        assert row["start_mean"] == pytest.approx(start.mean())
+        assert row["diff_mean"] == pytest.approx((final - start).mean())
+        assert row["n_improved"] == int((final > start).sum())
+        assert f"| {arm} | 3 | {row['start_mean']:.3f} | {row['final_mean']:.3f} | {row['diff_mean']:+.3f} |" in md
+    for f in ("improvement.md", "improvement.tex", "improvement.provenance.json"):
+        assert (out / f).exists()
+    prov = json.loads((out / "improvement.provenance.json").read_text())
+    assert prov["report_command"] == cmd and "start = step 0" in prov["notes"]
+    assert md.count(f"table: `{cmd}`") >= 4  # final (x2), improvement, pairwise, difficulty
+    # synthetic arms draw their own step-0 noise: the report says the starts differ
+    assert "step-0 values differ between arms of the same seed" in md
+    assert md.rstrip().splitlines()[-2] == cmd
+
+
+def test_primary_from_sweep_json_and_no_buckets(tmp_path):
+    """A spec's report.primary (copied to sweep.json) without <primary>_d<k> keys: no aggregate, and a difficulty
+    table left in the folder by an earlier report (another primary) is removed rather than left to be misread."""
+    out = tmp_path / "out"
+    out.mkdir()
+    for e in ("md", "tex", "csv", "provenance.json"):
+        (out / f"difficulty.{e}").write_text("stale")
+    root = write_synthetic_sweep(tmp_path / "s", arms=ARMS, seeds=(0, 1), steps=4, eval_every=2)
+    _set_sweep_report(root, {"primary": "eval/pass@4"})
+    md = write_report(root, out_dir=out).read_text()
+    assert "- primary metric: `eval/pass@4` (from the sweep spec (sweep.json report.primary))" in md
+    # stamped explicitly: the command reproduces the report even if sweep.json changes
+    assert md.rstrip().splitlines()[-2] == f"objbench report {root} --out {out} --primary eval/pass@4"
+    assert "| eval/pass@4 | grpo | 2 |" in md
+    assert "Not computed: no per-difficulty keys `eval/pass@4_d<k>` were logged." in md
+    assert not any((out / f"difficulty.{e}").exists() for e in ("md", "tex", "csv", "provenance.json"))
+    assert (pd.read_csv(out / "improvement.csv")["metric"] == "eval/pass@4").all()
+    assert (out / "difficulty_step.png").exists()  # the figure still shows the accuracy buckets
+
+
+def test_plot_panels_blank_cell():
+    colors = arm_colors(["a"])
+    c = pd.DataFrame({"arm": ["a", "a"], "step": [0, 1], "mean": [0.1, 0.2], "low": [0.0, 0.1], "high": [0.2, 0.3],
+                      "n": [2, 2]})
+    fig, axes = plot_panels([("p1", "y", c), None, ("p3", "y", c)], colors, ncols=2)
+    assert axes.shape == (2, 2)
+    assert [ax.get_visible() for ax in axes.flat] == [True, False, True, False]
+    assert axes[1, 0].get_title() == "p3"
+
+
+def test_plot_final_reference_line():
+    colors = arm_colors(["a"])
+    per_run = pd.DataFrame({"arm": ["a", "a"], "value": [0.5, 0.6]})
+    summary = pd.DataFrame({"arm": ["a"], "mean": [0.55], "ci_low": [0.5], "ci_high": [0.6]})
+    fig, ax = plot_final(per_run, summary, colors, xlabel="x", reference=(0.3, "start"))
+    assert [t.get_text() for t in ax.get_legend().get_texts()] == ["start"]
+    assert any(list(ln.get_xdata()) == [0.3, 0.3] for ln in ax.get_lines())

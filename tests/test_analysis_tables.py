@@ -12,6 +12,8 @@ from analysis.tables import (
     final_scores,
     final_table,
     format_final_table,
+    format_improvement_table,
+    improvement_table,
     pairwise_table,
     to_latex,
     to_markdown,
@@ -131,3 +133,60 @@ def test_stamp_names_mixed_commits():
     p = Provenance("s", None, "aaa", (0,), None, "cmd", run_commits=("aaa", "bbb"))
     s = p.stamp()
     assert "spec n/a (no sweep.json)" in s and "runs also at bbb" in s and "runs: n/a" in s
+
+
+def paired_frame():
+    """eval/pass@1 of 2 arms x 3 seeds at steps 0, 50, 100. Step 0 (the shared start) is 0.2, 0.3, 0.4 for
+    seeds 0, 1, 2 in both arms; step 50 is 0.9 everywhere (never final); finals (step 100):
+    up: 0.5, 0.5, 0.6 -> differences 0.3, 0.2, 0.2 (mean 0.7/3), 3/3 improved;
+    flat: 0.1, 0.3, 0.5 -> differences -0.1, 0.0, 0.1 (mean 0), 1/3 improved (a tie is not an improvement)."""
+    starts = [0.2, 0.3, 0.4]
+    finals = {"up": [0.5, 0.5, 0.6], "flat": [0.1, 0.3, 0.5]}
+    rows = []
+    for arm, vals in finals.items():
+        for seed, (s0, f) in enumerate(zip(starts, vals)):
+            for step, v in ((0, s0), (50, 0.9), (100, f)):
+                rows.append({"run": f"{arm}__s{seed}", "arm": arm, "seed": seed, "step": step,
+                             "tokens": 10.0 * step, "metric": "eval/pass@1", "value": v})
+    return pd.DataFrame(rows)
+
+
+def test_improvement_table_hand_values():
+    imp = improvement_table(paired_frame(), "eval/pass@1", arms=["up", "flat"], n_resamples=2000)
+    assert list(imp.columns) == ["metric", "arm", "n", "start_mean", "final_mean", "diff_mean", "diff_low",
+                                 "diff_high", "n_improved", "steps"]
+    up, flat = imp.set_index("arm").loc["up"], imp.set_index("arm").loc["flat"]
+    assert up["n"] == 3 and up["start_mean"] == pytest.approx(0.3) and up["final_mean"] == pytest.approx(1.6 / 3)
+    assert up["diff_mean"] == pytest.approx(0.7 / 3) and round(up["diff_mean"], 4) == 0.2333
+    assert up["n_improved"] == 3 and up["steps"] == "100"
+    # seed-paired: resampled means of (0.3, 0.2, 0.2) lie in [0.2, 0.3]; an unpaired CI would be far wider
+    assert 0.2 - 1e-12 <= up["diff_low"] <= up["diff_mean"] <= up["diff_high"] <= 0.3 + 1e-12
+    assert flat["diff_mean"] == pytest.approx(0.0, abs=1e-12) and flat["n_improved"] == 1
+    assert -0.1 - 1e-12 <= flat["diff_low"] < 0 < flat["diff_high"] <= 0.1 + 1e-12
+    shown = format_improvement_table(imp)
+    assert list(shown.columns) == ["arm", "n seeds", "start (step 0)", "final", "final - start", "95% CI", "improved",
+                                   "final steps"]
+    assert shown.iloc[0].tolist()[:5] == ["up", "3", "0.300", "0.533", "+0.233"]
+    assert shown.iloc[0]["improved"] == "3/3" and shown.iloc[1]["improved"] == "1/3"
+    assert shown.iloc[1]["final - start"] in ("+0.000", "-0.000")
+    assert shown.iloc[0]["95% CI"].startswith("[+0.2")
+    # reproducible, and last_k=2 averages steps 50 and 100 for the final value
+    pd.testing.assert_frame_equal(imp, improvement_table(paired_frame(), "eval/pass@1", arms=["up", "flat"],
+                                                         n_resamples=2000))
+    k2 = improvement_table(paired_frame(), "eval/pass@1", arms=["up"], last_k=2, n_resamples=200).iloc[0]
+    assert k2["final_mean"] == pytest.approx((0.9 + 1.6 / 3) / 2) and k2["steps"] == "50-100"
+
+
+def test_improvement_table_pairs_only_complete_runs():
+    f = paired_frame()
+    f = f[~((f["run"] == "up__s0") & (f["step"] == 0))]          # no start: left out
+    f = f[~((f["run"] == "up__s1") & (f["step"] > 0))]           # only the start: nothing to pair, left out
+    imp = improvement_table(f, "eval/pass@1", arms=["up", "flat"], n_resamples=200)
+    up = imp.iloc[0]
+    assert up["arm"] == "up" and up["n"] == 1
+    assert up["start_mean"] == pytest.approx(0.4) and up["final_mean"] == pytest.approx(0.6)
+    assert np.isnan(up["diff_low"]) and np.isnan(up["diff_high"])  # one seed: no interval
+    assert format_improvement_table(imp)["95% CI"].iloc[0] == "n/a (n<2)"
+    assert imp.iloc[1]["n"] == 3
+    assert improvement_table(f, "eval/missing").empty
+    assert improvement_table(f[f["step"] > 0], "eval/pass@1").empty  # no step 0 at all
