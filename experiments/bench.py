@@ -12,7 +12,7 @@ import time
 import torch
 
 from experiments.config import load_config
-from experiments.train import _make_optimizers, build_setup, collect, peak_rss_mb, update
+from experiments.train import _make_optimizers, build_setup, peak_rss_mb, train_step
 
 PHASES = ("sample", "reward", "reference", "critic", "advantages", "forward", "loss", "backward", "optimizer",
           "metrics")
@@ -32,13 +32,10 @@ def bench(config=None, overrides=(), steps: int = 20, warmup: int = 3, quiet: bo
             s.timers.clear()
             gen_tokens = trained_tokens = 0
             total = 0.0
-        t0 = time.perf_counter()
-        train_b, all_b, _ = collect(s, i + 1, state)
-        if train_b is not None:
-            update(s, train_b, opt, critic_opt, i + 1)
-            trained_tokens += int(train_b.response_mask.sum()) * cfg.objective.n_epochs
+        row, all_b = train_step(s, state, opt, critic_opt)
+        trained_tokens += int(row.get("optim/tokens", 0))
         gen_tokens += int(all_b.response_mask.sum())
-        total += time.perf_counter() - t0
+        total += row["time/step"]
     t = dict(s.timers)
     accounted = sum(t.values())
     other = total - accounted

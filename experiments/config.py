@@ -65,10 +65,14 @@ class ModelConfig:
     arch: str = "tiny"
     """tiny (~0.13M params) | small (~1M) | path to a local Hugging Face causal-LM directory"""
     attn: str = "sdpa"
-    """attention implementation passed to transformers (sdpa | eager)"""
+    """attention implementation passed to transformers (sdpa | eager), used wherever the transformers forward runs"""
+    forward: str = "auto"
+    """auto: Llama/Qwen2 policies run objbench's lean forward and sampler (rollout/fastlm.py, same function,
+    several times faster on CPU); hf: always the transformers forward (a reference for checking the lean one)"""
 
     def __post_init__(self):
         _choice("model.attn", self.attn, ("sdpa", "eager"))
+        _choice("model.forward", self.forward, ("auto", "hf"))
 
 
 @dataclass(frozen=True)

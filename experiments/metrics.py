@@ -59,6 +59,7 @@ METRICS = {
     "kl/k3": "k3 estimate",
     "optim/grad_norm": "global policy grad norm before clipping (mean over optimizer steps)",
     "optim/steps": "optimizer steps this RL step (n_minibatches x n_epochs)",
+    "optim/tokens": "response tokens that went through the policy update this RL step (x n_epochs)",
     "time/step": "seconds of this step; time/rollout and time/update split it",
     "time/{phase}": "seconds in a phase: sample, reward, reference, critic, advantages, forward, loss, backward, "
                     "optimizer, metrics",

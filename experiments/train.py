@@ -52,6 +52,7 @@ from transformers.utils import logging as _hf_logging  # noqa: E402
 _hf_logging.disable_progress_bar()
 
 SPECIAL = {"bos": BOS_ID, "eos": EOS_ID, "pad": PAD_ID}
+INVALID_MARK = "\ufffd"  # prefixed to a response that held a special token; no verifier accepts it
 NONDETERMINISTIC_KEYS = ("time", "time/", "mem/")  # excluded when comparing two runs for determinism
 
 
@@ -158,6 +159,7 @@ class Setup:
     sampling: SamplingParams
     eval_sampling: SamplingParams
     sft_info: dict = field(default_factory=dict)
+    bad_ids: torch.Tensor | None = None  # token ids that make a response invalid when they occur inside it
     timers: dict = field(default_factory=lambda: defaultdict(float))  # seconds per phase, cumulative
 
 
@@ -213,7 +215,18 @@ def build_setup(cfg: TrainConfig, cache_dir=None) -> Setup:
     task = build_task(cfg)
     tokenizer = build_char_tokenizer()
     policy, ckpt, sft_info = warm_start(cfg, task, tokenizer, cache_dir)
+    return make_setup(cfg, task, tokenizer, policy, {**sft_info, "checkpoint": str(ckpt)}, ckpt)
+
+
+def make_setup(cfg: TrainConfig, task, tokenizer, policy, sft_info: dict | None = None, ckpt=None) -> Setup:
+    """Everything the loop needs around a start policy: reference, critic, engine, sampling settings.
+
+    build_setup() calls it with the cached warm start of the configured task; benchmarks call it with a
+    workload of their own (benchmarks/workload.py), so they time the very same loop.
+    """
     obj = cfg.objective
+    if cfg.model.forward == "hf":
+        policy._objbench_forward = "hf"  # read by rollout/fastlm.why_unsupported (copies below inherit it)
     needs_ref = obj.kl.placement != "none" or cfg.log.ref_kl
     reference = frozen_copy(policy) if needs_ref else None
     critic = ValueModel(policy) if obj.adv.estimator == "gae" else None
@@ -227,8 +240,10 @@ def build_setup(cfg: TrainConfig, cache_dir=None) -> Setup:
         engine = HFEngine(policy)
     sampling = SamplingParams(max_new, cfg.rollout.temperature, cfg.rollout.top_p, EOS_ID, PAD_ID)
     eval_sampling = SamplingParams(max_new, cfg.rollout.temperature, cfg.rollout.top_p, EOS_ID, PAD_ID)
+    # special tokens other than <eos> inside a response make it invalid (decoding would silently drop them)
+    bad_ids = torch.tensor(sorted(set(tokenizer.all_special_ids) - {EOS_ID}), dtype=torch.long)
     return Setup(cfg, task, tokenizer, policy, reference, critic, engine, sampling, eval_sampling,
-                 {**sft_info, "checkpoint": str(ckpt)})
+                 dict(sft_info or {}), bad_ids=bad_ids)
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -302,6 +317,11 @@ def rollout(s: Setup, problems: list, group_size: int, params: SamplingParams, g
     with timed(s, "reward"):
         texts = s.tokenizer.batch_decode(gen.response_ids.masked_fill(~gen.response_mask, PAD_ID),
                                          skip_special_tokens=True)
+        if s.bad_ids is not None and len(s.bad_ids):
+            # "1<pad>2" would decode to "12": mark such responses so that every verifier rejects them
+            bad = (torch.isin(gen.response_ids, s.bad_ids) & gen.response_mask).any(-1)
+            if bool(bad.any()):
+                texts = [INVALID_MARK + t if b else t for t, b in zip(texts, bad.tolist())]
         probs = [p for p in problems for _ in range(group_size)]
         results = [s.task.reward(p, t, bool(tr)) for p, t, tr in zip(probs, texts, gen.truncated.tolist())]
     return Batch(p_ids, p_mask, gen.response_ids, gen.response_mask, gen.logp, gen.truncated,
@@ -488,6 +508,7 @@ def update(s: Setup, b: Batch, opt, critic_opt, step: int) -> dict:
         den = sum(float(r.sum()) for _, r in parts)
         m[k] = num / den if den else float("nan")
     m["optim/steps"] = len(sums["optim/grad_norm"])
+    m["optim/tokens"] = int(b.response_mask.sum()) * obj.n_epochs
     return m
 
 
@@ -567,8 +588,9 @@ def _diff_keys(a, b, prefix=""):
 
 def _make_optimizers(s: Setup):
     o = s.cfg.optim
+    # fused: one kernel for all parameters instead of a Python loop over them (same update up to rounding)
     opt = torch.optim.AdamW(s.policy.parameters(), lr=o.lr, betas=(o.beta1, o.beta2),
-                            weight_decay=o.weight_decay, eps=1e-8)
+                            weight_decay=o.weight_decay, eps=1e-8, fused=True)
     critic_opt = None
     if s.critic is not None:
         critic_opt = torch.optim.AdamW(s.critic.parameters(), lr=o.lr * s.cfg.objective.value.lr_scale,
@@ -617,22 +639,8 @@ def train(cfg: TrainConfig, *, progress: bool = True, cache_dir=None, meta_extra
             row = {"step": 0, "tokens": 0, **evaluate(s, 0)}
             eval_w.write(row)
         while state["step"] < steps:
-            step = state["step"] + 1
-            phases_before = dict(s.timers)
-            t0 = time.perf_counter()
-            train_b, all_b, cm = collect(s, step, state)
-            t1 = time.perf_counter()
-            m = {**rollout_metrics(all_b, s.task), **cm}
-            if train_b is not None:
-                m.update(update(s, train_b, opt, critic_opt, step))
-            t2 = time.perf_counter()
-            state["tokens"] += m["rollout/tokens"]
-            state["elapsed"] += t2 - t0
-            state["step"] = step
-            row = {"step": step, "tokens": state["tokens"], "time": round(state["elapsed"], 4), **m,
-                   "time/rollout": t1 - t0, "time/update": t2 - t1, "time/step": t2 - t0,
-                   "mem/peak_rss_mb": peak_rss_mb()}
-            row.update({f"time/{k}": v - phases_before.get(k, 0.0) for k, v in s.timers.items()})
+            row, all_b = train_step(s, state, opt, critic_opt)
+            step, m = state["step"], row
             metrics_w.write(row)
             for i in range(min(cfg.train.log_samples, all_b.size)):
                 samples_w.write({"step": step, "prompt": all_b.problems[i].prompt, "response": all_b.texts[i],
@@ -662,6 +670,27 @@ def train(cfg: TrainConfig, *, progress: bool = True, cache_dir=None, meta_extra
     (run_dir / "meta.json").write_text(json.dumps(meta, indent=1, default=str))
     (run_dir / "done").write_text("")
     return run_dir
+
+
+def train_step(s: Setup, state: dict, opt, critic_opt) -> tuple[dict, Batch]:
+    """One RL step (collect, then update); advances ``state``. Returns (metrics row, everything sampled)."""
+    step = state["step"] + 1
+    phases_before = dict(s.timers)
+    t0 = time.perf_counter()
+    train_b, all_b, cm = collect(s, step, state)
+    t1 = time.perf_counter()
+    m = {**rollout_metrics(all_b, s.task), **cm}
+    if train_b is not None:
+        m.update(update(s, train_b, opt, critic_opt, step))
+    t2 = time.perf_counter()
+    state["tokens"] += m["rollout/tokens"]
+    state["elapsed"] += t2 - t0
+    state["step"] = step
+    row = {"step": step, "tokens": state["tokens"], "time": round(state["elapsed"], 4), **m,
+           "time/rollout": t1 - t0, "time/update": t2 - t1, "time/step": t2 - t0,
+           "mem/peak_rss_mb": peak_rss_mb()}
+    row.update({f"time/{k}": v - phases_before.get(k, 0.0) for k, v in s.timers.items()})
+    return row, all_b
 
 
 def _wandb_init(cfg: TrainConfig, run_dir: Path, meta: dict):

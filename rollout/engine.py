@@ -17,6 +17,7 @@ from typing import Protocol
 
 import torch
 
+from rollout import fastlm
 from rollout.models import cache_kwarg, output_cache
 
 
@@ -77,7 +78,9 @@ def _sample(logits: torch.Tensor, params: SamplingParams, generator) -> tuple[to
 class HFEngine:
     """Sampling loop over a transformers causal LM with its KV cache; stops when every row hit EOS.
 
-    ``use_cache=False`` recomputes the full prefix each step (slow; used to test the cached path).
+    ``use_cache=False`` recomputes the full prefix each step (slow; used to test the cached path). With the
+    cache, Llama-family models go through rollout/fastlm.py (same sampler, lean forward, finished rows dropped);
+    other models, or a model marked ``_objbench_forward = "hf"``, through the transformers forward.
     """
 
     def __init__(self, model: torch.nn.Module, use_cache: bool = True):
@@ -87,11 +90,18 @@ class HFEngine:
     def sync_weights(self, policy: torch.nn.Module) -> None:
         self.model = policy  # shares the module: nothing to copy
 
-    @torch.inference_mode()
     def generate(self, prompt_ids, prompt_mask, params: SamplingParams, generator=None) -> Generation:
+        g = self._generate(prompt_ids, prompt_mask, params, generator)
+        # copies made outside inference mode: ordinary tensors that autograd may save (e.g. as gather indices)
+        return Generation(g.response_ids.clone(), g.response_mask.clone(), g.logp.clone(), g.truncated.clone())
+
+    @torch.inference_mode()
+    def _generate(self, prompt_ids, prompt_mask, params: SamplingParams, generator=None) -> Generation:
         if prompt_ids.shape != prompt_mask.shape or prompt_mask.dtype != torch.bool:
             raise ValueError("prompt_mask must be a bool tensor with prompt_ids' shape")
         model = self.model
+        if self.use_cache and fastlm.supports(model):  # same sampler, lean forward (rollout/fastlm.py)
+            return Generation(*fastlm.generate(model, prompt_ids, prompt_mask, params, _sample, generator))
         was_training = model.training
         model.eval()
         B = prompt_ids.shape[0]
@@ -137,8 +147,7 @@ class HFEngine:
             model.train()
         truncated = ~done
         # trim the unused tail so downstream tensors stay small
-        return Generation(out_ids[:, :n_steps].clone(), out_mask[:, :n_steps].clone(),
-                          out_logp[:, :n_steps].clone(), truncated)
+        return Generation(out_ids[:, :n_steps], out_mask[:, :n_steps], out_logp[:, :n_steps], truncated)
 
 
 def repeat_prompts(prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, group_size: int):

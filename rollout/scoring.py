@@ -12,6 +12,7 @@ from dataclasses import dataclass
 import torch
 
 from algos.entropy import token_entropy
+from rollout import fastlm
 
 
 @dataclass
@@ -33,9 +34,12 @@ def score(model, prompt_ids, prompt_mask, response_ids, response_mask, *, temper
           with_entropy: bool = True, with_logits: bool = False) -> Scored:
     """Teacher-forced pass; differentiable when called with grad enabled."""
     T = response_ids.shape[1]
-    ids, attn, pos = full_inputs(prompt_ids, prompt_mask, response_ids, response_mask)
-    out = model(input_ids=ids, attention_mask=attn, position_ids=pos, use_cache=False, logits_to_keep=T + 1)
-    logits = out.logits[:, :-1].float()                                 # (B, T, V)
+    if fastlm.supports(model):  # same function, shared prompts computed once, padding mostly skipped
+        logits = fastlm.response_logits(model, prompt_ids, prompt_mask, response_ids, response_mask).float()
+    else:
+        ids, attn, pos = full_inputs(prompt_ids, prompt_mask, response_ids, response_mask)
+        logits = model(input_ids=ids, attention_mask=attn, position_ids=pos, use_cache=False,
+                       logits_to_keep=T + 1).logits[:, :-1].float()     # (B, T, V)
     if temperature not in (0.0, 1.0):
         logits = logits / temperature
     logp_all = torch.log_softmax(logits, -1)

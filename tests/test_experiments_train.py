@@ -140,3 +140,33 @@ def test_bench_reports_a_complete_time_split(tmp_path):
     assert abs(sum(ph.values()) - res["s_per_step"]) < 1e-6  # the phases add up to the step
     assert res["rollout_tokens_per_s"] > 0 and res["update_tokens_per_s"] > 0
     assert 0 <= res["harness_overhead_frac"] < 1
+
+
+def test_special_token_inside_a_response_makes_it_invalid():
+    # "1<pad>2<eos>" decodes to "12" with special tokens skipped; the loop must not reward it as "12"
+    import torch
+
+    from envs.tokenizer import EOS_ID, PAD_ID, VOCAB_SIZE, build_char_tokenizer
+    from experiments.config import build_task
+    from experiments.train import INVALID_MARK, make_setup, rollout
+    from rollout.engine import Generation
+    from rollout.models import build_policy
+
+    cfg = load_config(None, ["objective=grpo"])
+    task, tok = build_task(cfg), build_char_tokenizer()
+    s = make_setup(cfg, task, tok, build_policy("tiny", VOCAB_SIZE, seed=0))
+    prob = next(p for p in task.prompts(0, 0, 50) if len(p.answer) >= 2)
+    a = tok.encode(prob.answer, add_special_tokens=False)
+    rows = [a + [EOS_ID], a[:1] + [PAD_ID] + a[1:] + [EOS_ID], a[:1] + [1] + a[1:] + [EOS_ID]]  # 1 = <bos>
+    T = max(map(len, rows))
+    ids = torch.tensor([r + [PAD_ID] * (T - len(r)) for r in rows])
+    mask = torch.tensor([[True] * len(r) + [False] * (T - len(r)) for r in rows])
+
+    class FixedEngine:
+        def generate(self, prompt_ids, prompt_mask, params, generator=None):
+            return Generation(ids, mask, torch.zeros(ids.shape), torch.zeros(3, dtype=torch.bool))
+
+    s.engine = FixedEngine()
+    b = rollout(s, [prob], 3, s.sampling, None)
+    assert b.correct.tolist() == [True, False, False]
+    assert b.texts[0] == prob.answer and b.texts[1] == b.texts[2] == INVALID_MARK + prob.answer

@@ -1,0 +1,120 @@
+"""The lean forward and sampler (rollout/fastlm.py) compute the transformers model's function."""
+
+import pytest
+import torch
+
+from rollout import fastlm
+from rollout.engine import HFEngine, SamplingParams, repeat_prompts
+from rollout.models import build_policy
+from rollout.scoring import full_inputs, score
+
+
+def _hf(model):
+    """The same module forced onto the transformers forward."""
+    model._objbench_forward = "hf"
+    return model
+
+
+def _auto(model):
+    model._objbench_forward = "auto"
+    return model
+
+
+def _qwen_gqa():
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    torch.manual_seed(3)
+    cfg = Qwen2Config(vocab_size=24, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
+                      tie_word_embeddings=False, pad_token_id=0)
+    cfg._attn_implementation = "sdpa"
+    return Qwen2ForCausalLM(cfg)  # q/k/v carry biases, 2 query heads per key/value head
+
+
+def _batch(G=3, T=6):
+    # 4 prompts of different lengths (left padded), G copies each; responses of lengths 1..T, one with a
+    # sampled <pad> (id 0) inside it
+    torch.manual_seed(0)
+    P = 6
+    lens_p = torch.tensor([6, 4, 5, 2])
+    pm = torch.arange(P)[None] >= (P - lens_p)[:, None]
+    pid = torch.randint(3, 20, (4, P)).masked_fill(~pm, 0)
+    pid, pm = repeat_prompts(pid, pm, G)
+    B = pid.shape[0]
+    lens_r = torch.tensor([1, 2, 6, 3, 3, 4, 5, 6, 1, 2, 2, 6] * 2)[:B]
+    rm = torch.arange(T)[None] < lens_r[:, None]
+    rid = torch.randint(3, 20, (B, T)).masked_fill(~rm, 0)
+    rid[4, 1] = 0  # <pad> inside a response: no gradient through its embedding lookup, as in nn.Embedding
+    return pid, pm, rid, rm
+
+
+@pytest.mark.parametrize("make", [lambda: build_policy("tiny", 24, seed=0), _qwen_gqa], ids=["llama", "qwen2-gqa"])
+def test_logits_and_gradients_equal_the_transformers_forward(make):
+    model = make()
+    assert fastlm.why_unsupported(model) is None
+    pid, pm, rid, rm = _batch()
+    w = torch.randn(rm.shape)
+
+    def run(m):
+        m.zero_grad(set_to_none=True)
+        sc = score(m, pid, pm, rid, rm, with_logits=True)
+        (sc.logp * w * rm).sum().backward()
+        return sc, {n: p.grad.clone() for n, p in m.named_parameters()}
+
+    a, ga = run(_hf(model))
+    b, gb = run(_auto(model))
+    assert torch.allclose(a.logits[rm], b.logits[rm], atol=1e-5)
+    assert torch.allclose(a.logp[rm], b.logp[rm], atol=1e-5)
+    for n in ga:
+        assert torch.allclose(ga[n], gb[n], atol=1e-5), n
+    # the plain full-sequence forward too (what logits_to_keep=0 returns)
+    ids, attn, pos = full_inputs(pid, pm, rid, rm)
+    with torch.no_grad():
+        ref = _hf(model)(input_ids=ids, attention_mask=attn, position_ids=pos).logits
+        got = fastlm.forward(_auto(model), ids, attn, pos)
+    valid = attn.bool()
+    assert torch.allclose(ref[valid], got[valid], atol=1e-5)
+
+
+@pytest.mark.parametrize("make", [lambda: build_policy("tiny", 24, seed=1), _qwen_gqa], ids=["llama", "qwen2-gqa"])
+def test_sampler_draws_what_the_transformers_path_draws(make):
+    model = make()
+    pid, pm, _, _ = _batch(G=4)
+    for params in (SamplingParams(9, temperature=1.0), SamplingParams(9, temperature=0.7, top_p=0.9),
+                   SamplingParams(9, temperature=0.0)):
+        a = HFEngine(_hf(model)).generate(pid, pm, params, torch.Generator().manual_seed(7))
+        b = HFEngine(_auto(model)).generate(pid, pm, params, torch.Generator().manual_seed(7))
+        assert torch.equal(a.response_ids, b.response_ids)
+        assert torch.equal(a.response_mask, b.response_mask)
+        assert torch.equal(a.truncated, b.truncated)
+        assert torch.allclose(a.logp, b.logp, atol=1e-5)
+
+
+def test_unsupported_models_say_why_and_use_transformers():
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    gpt2 = GPT2LMHeadModel(GPT2Config(vocab_size=24, n_embd=16, n_layer=1, n_head=2, n_positions=32))
+    assert "gpt2" in fastlm.why_unsupported(gpt2)
+    assert "disabled" in fastlm.why_unsupported(_hf(build_policy("tiny", 24, seed=0)))
+    pid, pm, rid, rm = _batch()
+    sc = score(gpt2, pid, pm, rid, rm)  # falls back to model(...)
+    assert sc.logp.shape == rid.shape
+
+
+def test_bucketing_by_length():
+    # rows sorted by needed positions; a bucket costs rows x its longest row + penalty
+    # [0,0 | 1,2,2 | 3,3,3 | 7,7] with penalty 2: cost 0+2, 6+2, 9+2, 14+2 = 37; merging any two buckets costs more
+    assert fastlm._buckets([0, 0, 1, 2, 2, 3, 3, 3, 7, 7], penalty=2) == [2, 5, 8, 10]
+    assert fastlm._buckets([0, 0, 1, 2, 2, 3, 3, 3, 7, 7], penalty=1e9) == [10]
+    assert fastlm._buckets([1, 1, 2, 2], penalty=0) == [2, 4]  # runs of equal lengths are never split
+    assert fastlm._buckets([5], penalty=0) == [1]
+
+
+def test_config_switch_selects_the_transformers_forward(tmp_path):
+    from envs.tokenizer import VOCAB_SIZE, build_char_tokenizer
+    from experiments.config import build_task, load_config
+    from experiments.train import make_setup
+
+    cfg = load_config(None, ["model.forward=hf", "objective=grpo"])
+    s = make_setup(cfg, build_task(cfg), build_char_tokenizer(), build_policy("tiny", VOCAB_SIZE, seed=0))
+    assert not fastlm.supports(s.policy) and not fastlm.supports(s.reference)
