@@ -7,6 +7,7 @@ measured in one invocation, not absolute numbers across invocations.
 
 from __future__ import annotations
 
+import statistics
 import time
 
 import torch
@@ -19,6 +20,16 @@ PHASES = ("sample", "reward", "reference", "critic", "advantages", "forward", "l
 MODEL_PHASES = ("sample", "reference", "critic", "forward", "backward", "optimizer")
 
 
+def model_state_mb(s) -> float:
+    """Bytes held by the models and their optimizer state: 4 copies (weights, grads, 2 AdamW moments) of
+    every trained model (policy, PPO critic), 1 of the frozen reference. What the seed documents' GPU-memory
+    figures for dropping the critic are made of, free of the runtime's fixed overhead that dominates RSS at
+    this size."""
+    def nbytes(m):
+        return sum(p.numel() * p.element_size() for p in m.parameters()) if m is not None else 0
+    return (4 * nbytes(s.policy) + 4 * nbytes(s.critic) + nbytes(s.reference)) / 2 ** 20
+
+
 def bench(config=None, overrides=(), steps: int = 20, warmup: int = 3, quiet: bool = False) -> dict:
     cfg = load_config(config, list(overrides))
     s = build_setup(cfg)
@@ -27,6 +38,7 @@ def bench(config=None, overrides=(), steps: int = 20, warmup: int = 3, quiet: bo
     state = {"step": 0, "prompt_index": 0, "tokens": 0, "elapsed": 0.0}
     gen_tokens = trained_tokens = 0
     total = 0.0
+    step_times = []
     for i in range(warmup + steps):
         if i == warmup:
             s.timers.clear()
@@ -36,6 +48,8 @@ def bench(config=None, overrides=(), steps: int = 20, warmup: int = 3, quiet: bo
         trained_tokens += int(row.get("optim/tokens", 0))
         gen_tokens += int(all_b.response_mask.sum())
         total += row["time/step"]
+        if i >= warmup:
+            step_times.append(row["time/step"])
     t = dict(s.timers)
     accounted = sum(t.values())
     other = total - accounted
@@ -51,6 +65,8 @@ def bench(config=None, overrides=(), steps: int = 20, warmup: int = 3, quiet: bo
         "phases": {k: t.get(k, 0.0) / steps for k in PHASES if k in t} | {"other": other / steps},
         "harness_overhead_frac": 1 - sum(t.get(k, 0.0) for k in MODEL_PHASES) / total,
         "peak_rss_mb": peak_rss_mb(),
+        "model_state_mb": model_state_mb(s),
+        "median_s_per_step": statistics.median(step_times) if step_times else float("nan"),
     }
     if not quiet:
         print(res["config"] + f"  threads={res['threads']}")
@@ -61,5 +77,6 @@ def bench(config=None, overrides=(), steps: int = 20, warmup: int = 3, quiet: bo
         for k, v in res["phases"].items():
             print(f"{k:12s} {v * 1000:9.2f} {v / res['s_per_step']:7.1%}")
         print(f"time outside model forward/backward/sampling: {res['harness_overhead_frac']:.1%}; "
-              f"peak RSS {res['peak_rss_mb']:.0f} MB")
+              f"peak RSS {res['peak_rss_mb']:.0f} MB; model state {res['model_state_mb']:.2f} MB "
+              f"(policy + critic: weights, grads, AdamW moments; reference: weights)")
     return res
