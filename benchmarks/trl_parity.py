@@ -26,7 +26,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import statistics
 import subprocess
 import sys
@@ -56,7 +55,9 @@ def objbench_overrides(beta: float, kl_estimator: str = "k3_ratio") -> list[str]
 
 
 def peak_rss_mb() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    from experiments.train import peak_rss_mb as peak  # VmHWM: this child's own peak, not its parent's
+
+    return peak()
 
 
 # ---------------------------------------------------------------------------------------------------------

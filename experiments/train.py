@@ -95,7 +95,15 @@ def _versions() -> dict:
 
 
 def peak_rss_mb() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0  # Linux reports KiB
+    """Peak resident memory of this process in MB: VmHWM (reset at exec, so a worker process reports its own
+    peak), else ru_maxrss (which a child inherits from its parent across fork + exec)."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
 def _masked_mean(x: torch.Tensor, mask: torch.Tensor) -> float:
@@ -308,6 +316,15 @@ def concat_batches(parts: list[Batch]) -> Batch:
         sum((b.texts for b in parts), []), sum((b.problems for b in parts), []))
 
 
+def decode_responses(tokenizer, ids: torch.Tensor) -> list[str]:
+    """Texts of the responses with special tokens skipped. Fast tokenizers decode in Rust directly:
+    transformers' batch_decode first converts every id through Python (about 3 ms for 256 short rows)."""
+    rust = getattr(tokenizer, "_tokenizer", None)
+    if rust is not None and hasattr(rust, "decode_batch"):
+        return rust.decode_batch(ids.tolist(), skip_special_tokens=True)
+    return tokenizer.batch_decode(ids, skip_special_tokens=True)
+
+
 def rollout(s: Setup, problems: list, group_size: int, params: SamplingParams, generator) -> Batch:
     """G completions for each problem, decoded and scored by the task's verifier."""
     p_ids, p_mask = encode_prompts(s.tokenizer, [p.prompt for p in problems], BOS_ID, PAD_ID)
@@ -315,8 +332,7 @@ def rollout(s: Setup, problems: list, group_size: int, params: SamplingParams, g
     with timed(s, "sample"):
         gen: Generation = s.engine.generate(p_ids, p_mask, params, generator)
     with timed(s, "reward"):
-        texts = s.tokenizer.batch_decode(gen.response_ids.masked_fill(~gen.response_mask, PAD_ID),
-                                         skip_special_tokens=True)
+        texts = decode_responses(s.tokenizer, gen.response_ids.masked_fill(~gen.response_mask, PAD_ID))
         if s.bad_ids is not None and len(s.bad_ids):
             # "1<pad>2" would decode to "12": mark such responses so that every verifier rejects them
             bad = (torch.isin(gen.response_ids, s.bad_ids) & gen.response_mask).any(-1)

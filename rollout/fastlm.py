@@ -328,9 +328,12 @@ def generate(model, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, params,
         K[i, :, :, :P] = k.index_select(0, inverse)
         V[i, :, :, :P] = v.index_select(0, inverse)
     logits = F.linear(_rms(x[:, -1], W.norm), *W.lm).index_select(0, inverse)  # (B, V)
-    key_valid = torch.zeros(B, P + T, dtype=torch.bool)
-    key_valid[:, :P] = prompt_mask
+    # decode-time mask: one query per row sees every valid key so far; kept as an additive row, updated in place
+    amask = torch.full((B, 1, 1, P + T), torch.finfo(dtype).min, dtype=dtype)
+    amask[:, 0, 0, :P].masked_fill_(prompt_mask.bool(), 0.0)
     next_pos = prompt_mask.long().sum(-1)                              # (B,) position of the first new token
+    cos_t, sin_t = W.rope(torch.arange(P + T)[None], dtype)            # rotary table for every position
+    cos_t, sin_t = cos_t[0, 0], sin_t[0, 0]                            # (P+T, hd)
 
     out_ids = torch.full((B, T), params.pad_id, dtype=torch.long)
     out_logp = torch.zeros(B, T, dtype=torch.float32)
@@ -361,15 +364,15 @@ def generate(model, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, params,
             keep = live.nonzero().squeeze(-1)
             rows, tok = rows[keep], tok[keep]
             K, V = K.index_select(1, keep), V.index_select(1, keep)
-            key_valid, next_pos = key_valid[keep], next_pos[keep]
+            amask, next_pos = amask.index_select(0, keep), next_pos[keep]
             active = torch.ones(len(rows), dtype=torch.bool)
         else:  # finished rows stay until enough have finished; their further tokens are discarded
             active = active & live
         at = P + t
-        key_valid[:, at] = True
+        amask[..., at] = 0.0
         x = W.embed(tok[:, None])
-        cos, sin = W.rope(next_pos[:, None], dtype)
-        mask = _additive_mask(key_valid[:, :at + 1], 1, dtype)
+        cos, sin = cos_t[next_pos][:, None, None], sin_t[next_pos][:, None, None]
+        mask = amask[..., :at + 1]
         for i, lw in enumerate(W.layers):
             x, _, _ = _layer(x, lw, W, cos, sin, mask, cache_kv=(K[i], V[i], at))
         logits = F.linear(_rms(x[:, -1], W.norm), *W.lm)
