@@ -349,6 +349,10 @@ def write_report(runs_dir, out_dir=None, x: str = "step", *, primary: str | None
     md = _report_markdown(runs, runs_dir, ft, pw, agg, primary, final_def, stat_def, figures, notes, command, p_final,
                           p_pair, p_agg, x, imp=imp, p_imp=p_imp, primary_origin=primary_origin, frame=frame,
                           buckets=buckets)
+    study = (sweep.get("report") or {}).get("study")
+    if study:
+        from analysis.studies import study_section
+        md = md.rstrip("\n") + "\n\n" + "\n".join(study_section(study, runs, out, dpi)) + "\n"
     path = out / "report.md"
     path.write_text(md)
     return path

@@ -1,7 +1,8 @@
 """Every key a run writes to metrics.jsonl and eval.jsonl, documented in one place.
 
 Keys are namespaced ``family/name``. The algos package returns bare names (see ``algos.METRIC_DOCS``);
-``ALGOS_KEYS`` maps them to their logged names. Keys with ``{d}`` exist once per difficulty level.
+``ALGOS_KEYS`` maps them to their logged names. Keys with ``{d}`` exist once per difficulty level, keys with
+``{k}`` once per pass count k (0..G) that occurred in the step.
 Per-step values from several optimizer steps (n_minibatches x n_epochs) are averaged, except ``*_max``
 (max) and ``*_min`` (min).
 """
@@ -51,6 +52,12 @@ METRICS = {
     "rollout/groups_kept": "groups available for training after dynamic sampling",
     "rollout/zero_var_frac": "fraction of groups of the first sampling round whose rewards are all equal "
                              "(before dynamic sampling; adv/zero_var_frac is the same on the training batch)",
+    "adv/group_weight_k{k}": "mean over the step's groups with k correct responses (of G) of the group's total "
+                             "advantage weight sum_i |A_i| (sequence-level advantage); only for k that occurred",
+    "adv/groups_k{k}": "number of groups with k correct responses this step (weights adv/group_weight_k{k})",
+    "policy/log_ratio_std": "std over valid tokens of log(pi/pi_old) at the start of each optimizer step "
+                            "(0 on the first minibatch of an on-policy batch)",
+    "policy/seq_log_ratio_std": "std over sequences of the per-sequence mean log ratio (GSPO's log s_i)",
     "policy/entropy": "mean next-token entropy over valid response tokens (first pass over each minibatch)",
     "kl/exact": "exact KL(pi || pi_ref) summed over the vocabulary, mean over valid tokens",
     "kl/exact_fwd": "exact KL(pi_ref || pi), mean over valid tokens",
@@ -68,7 +75,7 @@ METRICS = {
     "eval/acc_d{d}": "greedy accuracy on held-out prompts of difficulty d",
     "eval/length": "mean greedy response length on the held-out set",
     "eval/pass@1_d{d}": "sampled (temperature-1) accuracy on held-out prompts of difficulty d",
-    "eval/pass@k": "unbiased pass@k from train.eval_samples samples per held-out prompt (Chen et al., 2021)",
+    "eval/pass@{n}": "unbiased pass@n from train.eval_samples samples per held-out prompt (Chen et al., 2021)",
     **{v: f"algos metric {k!r} (see algos.METRIC_DOCS)" for k, v in ALGOS_KEYS.items()},
 }
 
@@ -87,3 +94,17 @@ def reduce(key: str, values: list[float]) -> float:
     if key.endswith("_min"):
         return min(vals)
     return sum(vals) / len(vals)
+
+
+def undocumented(keys) -> list[str]:
+    """The keys that no entry of METRICS documents ({d} and {k} stand for integers)."""
+    import re
+
+    def pattern(key: str):
+        rx = re.escape(key)
+        for name, sub in (("d", r"\d+"), ("k", r"\d+"), ("n", r"\d+"), ("phase", r"[a-z_]+")):
+            rx = rx.replace(r"\{" + name + r"\}", sub)
+        return re.compile("^" + rx + "$")
+
+    pats = [pattern(k) for k in METRICS]
+    return sorted(k for k in keys if not any(p.match(k) for p in pats))

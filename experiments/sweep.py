@@ -101,8 +101,13 @@ def load_sweep(path: str | Path, out_dir: str | None = None, extra_overrides: li
     if not isinstance(arms, dict) or not isinstance(common, dict):
         raise ConfigError(f"{path}: 'arms' must be a mapping of arm name -> overrides and 'set' a mapping")
     report = spec.get("report") or {}
-    if not isinstance(report, dict) or set(report) - {"primary"}:
-        raise ConfigError(f"{path}: 'report' must be a mapping with optional key 'primary' (a metric name)")
+    if not isinstance(report, dict) or set(report) - {"primary", "study"}:
+        raise ConfigError(f"{path}: 'report' must be a mapping with optional keys 'primary' (a metric name) and "
+                          f"'study' (a study section of analysis/studies.py)")
+    if "study" in report:
+        from analysis.studies import STUDIES
+        if report["study"] not in STUDIES:
+            raise ConfigError(f"{path}: report.study {report['study']!r} is not one of {', '.join(STUDIES)}")
     grid = spec.get("grid") or {}
     for k, vals in grid.items():
         if not isinstance(vals, list) or not vals:

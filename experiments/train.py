@@ -463,6 +463,16 @@ def update(s: Setup, b: Batch, opt, critic_opt, step: int) -> dict:
             adv, returns, am = algos.compute_advantages(obj, rewards=b.rewards, mask=mask, values=values,
                                                         old_logp=b.old_logp, ref_logp=kl_ref, max_len=max_len)
     m.update({k: _to_float(v) for k, v in rename(am).items()})
+    G = obj.group_size
+    if G > 1 and b.size % G == 0:
+        # difficulty-bias measurement: a group's total advantage weight sum_i |A_i| against its pass count k
+        seq_adv = (adv * mask).sum(-1) / mask.sum(-1).clamp(min=1)
+        k_of = b.correct.view(-1, G).sum(-1)
+        weight = seq_adv.abs().view(-1, G).sum(-1)
+        for k in k_of.unique().tolist():
+            sel = k_of == k
+            m[f"adv/group_weight_k{k}"] = float(weight[sel].mean())
+            m[f"adv/groups_k{k}"] = int(sel.sum())
 
     B = b.size
     mb = B // obj.n_minibatches
@@ -510,6 +520,15 @@ def update(s: Setup, b: Batch, opt, critic_opt, step: int) -> dict:
                 with torch.no_grad(), timed(s, "metrics"):
                     rm = b.response_mask[rows]
                     sums["policy/entropy"].append(_masked_mean(sc.entropy, rm))
+            with torch.no_grad(), timed(s, "metrics"):  # spread of the importance ratio (the off-policy axis)
+                lr = (sc.logp.detach() - b.old_logp[rows]) * mk
+                n_tok = mk.sum()
+                sums["policy/log_ratio_std"].append(
+                    float(((lr ** 2).sum() / n_tok.clamp(min=1) - (lr.sum() / n_tok.clamp(min=1)) ** 2).clamp(min=0).sqrt()))
+                seq_lr = lr.sum(-1) / mk.sum(-1).clamp(min=1)
+                sums["policy/seq_log_ratio_std"].append(float(seq_lr.std()) if len(seq_lr) > 1 else 0.0)
+            if first_pass:
+                with torch.no_grad(), timed(s, "metrics"):
                     if want_logits:
                         lp = sc.logp.detach()
                         kl_parts["kl/exact"].append((KL.exact_kl(sc.logits.detach(), ref.logits[rows]), rm))

@@ -49,6 +49,30 @@ def test_run_writes_every_file_with_provenance(tmp_path):
     assert all(0 <= e["eval/acc"] <= 1 and e["eval/pass@1"] <= e["eval/pass@2"] + 1e-9 for e in evals)
     # on-policy single minibatch: the importance ratio is 1 up to float error
     assert abs(rows[0]["policy/ratio_max"] - 1) < 1e-4
+    # every logged key is documented in experiments/metrics.py
+    from experiments.metrics import undocumented
+
+    assert undocumented({k for r in rows + evals for k in r}) == []
+    # difficulty-bias measurement: with binary rewards a group's total |A| has a closed form in its pass count
+    from analysis.studies import closed_form_weight
+
+    G, eps = 8, load_config(None, ["objective=grpo"]).objective.adv.eps
+    seen = 0
+    for r in rows:
+        for key, v in r.items():
+            if key.startswith("adv/group_weight_k"):
+                k = int(key.rsplit("k", 1)[1])
+                assert v == pytest.approx(closed_form_weight(k, G, "group", eps), rel=1e-4, abs=1e-6), key
+                seen += 1
+    assert seen > 0
+
+
+def test_every_ppo_key_is_documented(tmp_path):
+    from experiments.metrics import undocumented
+
+    run = train(_cfg(tmp_path, "objective=ppo", "name=p", "train.steps=1", "train.eval_every=1"), progress=False)
+    keys = {k for r in _rows(run / "metrics.jsonl") + _rows(run / "eval.jsonl") for k in r}
+    assert undocumented(keys) == []
 
 
 def test_same_config_and_seed_give_the_same_metrics(tmp_path):

@@ -1,0 +1,343 @@
+"""Study-specific measurements, figures and tables (issue 5), added to a sweep's report.md.
+
+A sweep spec names its study in ``report: {study: NAME}``; ``objbench report`` then appends that study's
+section. Every number is computed from the files on disk (metrics.jsonl, samples.jsonl), so the section can be
+regenerated from results copied off a cluster.
+
+- ``length_bias``: length of correct and of incorrect responses at the start (steps 1-20) and the end (last 50
+  steps) of training, their change per seed with a bootstrap CI, the truncation rate; length over steps split
+  by correctness and accuracy against response length (Dr. GRPO paper, figures 1/5 style).
+- ``difficulty_bias``: a group's total advantage weight sum_i |A_i| against its empirical pass rate p = k/G,
+  measured (adv/group_weight_k{k}) and in closed form for binary rewards: with the group std (ddof 1)
+  2 sqrt((G-1)/G) sqrt(k(G-k)) ~ sqrt(p(1-p)); without scaling 2 k(G-k)/G = 2G p(1-p).
+- ``kl_estimators``: reverse and forward exact KL to the reference, the estimators' values and accuracy at the end
+  of training, per (estimator, placement) arm.
+- ``off_policy``: clip fractions, the spread of the token and sequence log-ratios, gradient-norm stability, and
+  whether GRPO and GSPO coincide at one minibatch per rollout.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from analysis.stats import bootstrap_ci
+
+STUDIES = ("length_bias", "difficulty_bias", "kl_estimators", "off_policy")
+START = (1, 20)      # steps of the "start" window
+END_STEPS = 50       # the "end" window: the last 50 steps of each run
+
+
+def _fmt(v, d=3):
+    return "n/a" if v is None or (isinstance(v, float) and not math.isfinite(v)) else f"{v:.{d}f}"
+
+
+def per_run_window(runs, metric: str, lo: int | None, hi: int | None, last: int | None = None) -> pd.DataFrame:
+    """Mean of ``metric`` per run over steps [lo, hi], or over its last ``last`` steps. Columns run, arm, seed,
+    value."""
+    m = runs.metrics
+    m = m[m["metric"] == metric]
+    if m.empty:
+        return pd.DataFrame(columns=["run", "arm", "seed", "value"])
+    if last is not None:
+        top = m.groupby("run")["step"].transform("max")
+        m = m[m["step"] > top - last]
+    else:
+        m = m[(m["step"] >= lo) & (m["step"] <= hi)]
+    return m.groupby(["run", "arm", "seed"], as_index=False)["value"].mean()
+
+
+def window_table(runs, metrics: list[str], n_resamples: int = 10_000) -> pd.DataFrame:
+    """Per arm and metric: start-window mean, end-window mean, mean per-seed change with a 95% bootstrap CI."""
+    rows = []
+    for metric in metrics:
+        a = per_run_window(runs, metric, *START)
+        b = per_run_window(runs, metric, None, None, last=END_STEPS)
+        if a.empty or b.empty:
+            continue
+        j = a.merge(b, on=["run", "arm", "seed"], suffixes=("_start", "_end")).dropna()
+        for arm in runs.present_arms:
+            r = j[j["arm"] == arm]
+            if r.empty:
+                continue
+            d = (r["value_end"] - r["value_start"]).to_numpy()
+            ci = bootstrap_ci(d, n_resamples=n_resamples) if len(d) > 1 else None
+            rows.append({"metric": metric, "arm": arm, "n": len(r), "start": r["value_start"].mean(),
+                         "end": r["value_end"].mean(), "change": d.mean(),
+                         "ci_low": ci.low if ci else float("nan"), "ci_high": ci.high if ci else float("nan")})
+    return pd.DataFrame(rows)
+
+
+def end_table(runs, metrics: list[str], n_resamples: int = 10_000) -> pd.DataFrame:
+    """Per arm and metric: mean over the end window, mean over seeds with a 95% bootstrap CI."""
+    rows = []
+    for metric in metrics:
+        b = per_run_window(runs, metric, None, None, last=END_STEPS).dropna()
+        for arm in runs.present_arms:
+            v = b[b["arm"] == arm]["value"].to_numpy()
+            if len(v) == 0:
+                continue
+            ci = bootstrap_ci(v, n_resamples=n_resamples) if len(v) > 1 else None
+            rows.append({"metric": metric, "arm": arm, "n": len(v), "mean": v.mean(),
+                         "ci_low": ci.low if ci else float("nan"), "ci_high": ci.high if ci else float("nan")})
+    return pd.DataFrame(rows)
+
+
+def _md_window(df: pd.DataFrame, digits: int = 3) -> list[str]:
+    L = ["| metric | arm | seeds | start (steps 1-20) | end (last 50 steps) | change | 95% CI of change |",
+         "|---|---|---|---|---|---|---|"]
+    for r in df.itertuples():
+        L.append(f"| {r.metric} | {r.arm} | {r.n} | {_fmt(r.start, digits)} | {_fmt(r.end, digits)} | "
+                 f"{r.change:+.{digits}f} | [{r.ci_low:+.{digits}f}, {r.ci_high:+.{digits}f}] |")
+    return L
+
+
+def _md_end(df: pd.DataFrame, digits: int = 3) -> list[str]:
+    L = ["| metric | arm | seeds | mean, last 50 steps | 95% CI |", "|---|---|---|---|---|"]
+    for r in df.itertuples():
+        L.append(f"| {r.metric} | {r.arm} | {r.n} | {_fmt(r.mean, digits)} | "
+                 f"[{_fmt(r.ci_low, digits)}, {_fmt(r.ci_high, digits)}] |")
+    return L
+
+
+def _curves(runs, metric: str, smooth: int = 10) -> pd.DataFrame:
+    """Mean over seeds per arm and step of a rolling mean per run."""
+    m = runs.metrics[runs.metrics["metric"] == metric].sort_values(["run", "step"])
+    if m.empty:
+        return m
+    m = m.assign(value=m.groupby("run")["value"].transform(lambda s: s.rolling(smooth, min_periods=1).mean()))
+    return m.groupby(["arm", "step"], as_index=False)["value"].mean()
+
+
+def _colors(arms):
+    import matplotlib.pyplot as plt
+
+    cmap = plt.get_cmap("tab10")
+    return {a: cmap(i % 10) for i, a in enumerate(arms)}
+
+
+# ------------------------------------------------------------------------------------------------ length bias
+
+
+def read_samples(runs) -> pd.DataFrame:
+    """samples.jsonl of every loaded run: run, arm, seed, step, length (characters), correct."""
+    rows = []
+    for c in runs.configs.itertuples():
+        p = Path(c.path) / "samples.jsonl"
+        if not p.exists():
+            continue
+        for line in p.read_text().splitlines():
+            try:
+                s = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            rows.append({"run": c.run, "arm": c.arm, "seed": c.seed, "step": s["step"],
+                         "length": len(s["response"]), "correct": bool(s["correct"])})
+    return pd.DataFrame(rows)
+
+
+def length_bias(runs, out: Path, dpi: int = 120) -> list[str]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    arms = runs.present_arms
+    colors = _colors(arms)
+    wt = window_table(runs, ["length/incorrect", "length/correct", "length/mean", "rollout/trunc_frac", "reward/acc"])
+    wt.to_csv(out / "length_bias.csv", index=False)
+    L = ["## Study: length bias", "",
+         "Claim (Dr. GRPO, DAPO): per-sequence 1/|y| averaging (`seq_mean_token_mean`, GRPO) lets incorrect "
+         "responses grow longer; token-level (`token_mean`, DAPO) or constant (`seq_mean_token_sum_norm`, Dr. GRPO) "
+         "normalisation does not. Measured on the filler task: responses may start with 0..filler_max '.' "
+         "characters, so length is free and decoupled from correctness. Lengths in tokens (EOS included).", ""]
+    L += _md_window(wt)
+    L += ["", "Change = end - start per seed, mean over seeds; CI: 95% percentile bootstrap over seeds. "
+          "Also in [length_bias.csv](length_bias.csv).", ""]
+    fig, axes = plt.subplots(1, len(arms), figsize=(4.2 * len(arms), 3.6), sharey=True, squeeze=False)
+    for ax, arm in zip(axes[0], arms):
+        for metric, style, lab in (("length/correct", "-", "correct"), ("length/incorrect", "--", "incorrect")):
+            cv = _curves(runs, metric)
+            cv = cv[cv["arm"] == arm]
+            ax.plot(cv["step"], cv["value"], style, color=colors[arm], label=lab)
+        ax.set_title(arm, fontsize=10)
+        ax.set_xlabel("training step")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    axes[0][0].set_ylabel("response length (tokens)")
+    fig.suptitle("Length of correct and incorrect responses over training (mean over seeds, 10-step rolling mean)",
+                 fontsize=10)
+    fig.tight_layout()
+    fig.savefig(out / "length_by_correctness.png", dpi=dpi)
+    plt.close(fig)
+    L += ["![length by correctness](length_by_correctness.png)", ""]
+    smp = read_samples(runs)
+    if not smp.empty:
+        top = smp.groupby("run")["step"].transform("max")
+        phases = {"first 50 steps": smp[smp["step"] <= 50], "last 50 steps": smp[smp["step"] > top - 50]}
+        fig, axes = plt.subplots(1, 2, figsize=(10, 3.8), sharey=True)
+        for ax, (name, d) in zip(axes, phases.items()):
+            for arm in arms:
+                g = d[d["arm"] == arm].groupby("length")["correct"].agg(["mean", "size"]).reset_index()
+                g = g[g["size"] >= 20]
+                ax.plot(g["length"], g["mean"], "o-", color=colors[arm], label=arm, ms=4)
+            ax.set_title(f"{name} (logged samples)", fontsize=10)
+            ax.set_xlabel("response length (characters, EOS excluded)")
+            ax.grid(alpha=0.3)
+        axes[0].set_ylabel("accuracy (fraction correct)")
+        axes[1].legend(fontsize=8)
+        fig.suptitle("Accuracy against response length (lengths with >= 20 logged samples)", fontsize=10)
+        fig.tight_layout()
+        fig.savefig(out / "acc_vs_length.png", dpi=dpi)
+        plt.close(fig)
+        L += ["![accuracy against length](acc_vs_length.png)", "",
+              f"From samples.jsonl: {len(smp)} logged responses ({smp.groupby('run').size().iloc[0]} per run).", ""]
+    return L
+
+
+# -------------------------------------------------------------------------------------------- difficulty bias
+
+
+def closed_form_weight(k: int, G: int, scale: str, eps: float = 1e-6) -> float:
+    """Total |A| of a group with k of G binary rewards correct (group mean baseline)."""
+    if k in (0, G):
+        return 0.0
+    abs_sum = 2 * k * (G - k) / G
+    if scale == "group":
+        return abs_sum / (math.sqrt(k * (G - k) / (G * (G - 1))) + eps)
+    if scale == "none":
+        return abs_sum
+    return float("nan")  # batch std: depends on the batch
+
+
+def difficulty_bias(runs, out: Path, dpi: int = 120) -> list[str]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    arms = runs.present_arms
+    colors = _colors(arms)
+    m = runs.metrics
+    cfg = runs.configs.set_index("arm")
+    rows = []
+    for arm in arms:
+        G = int(cfg.loc[[arm], "objective.group_size"].iloc[0])
+        scale = str(cfg.loc[[arm], "objective.adv.scale"].iloc[0])
+        eps = float(cfg.loc[[arm], "objective.adv.eps"].iloc[0])
+        for k in range(G + 1):
+            w = m[(m["arm"] == arm) & (m["metric"] == f"adv/group_weight_k{k}")]
+            n = m[(m["arm"] == arm) & (m["metric"] == f"adv/groups_k{k}")]
+            j = w.merge(n, on=["run", "step"], suffixes=("_w", "_n"))
+            groups = j["value_n"].sum()
+            meas = (j["value_w"] * j["value_n"]).sum() / groups if groups else float("nan")
+            rows.append({"arm": arm, "scale": scale, "G": G, "k": k, "p": k / G, "groups": int(groups),
+                         "measured": meas, "closed_form": closed_form_weight(k, G, scale, eps)})
+    df = pd.DataFrame(rows)
+    df.to_csv(out / "difficulty_bias.csv", index=False)
+    L = ["## Study: difficulty bias", "",
+         "Claim (Dr. GRPO): dividing by the group std up-weights prompts that are almost always or almost never "
+         "solved. A group's total advantage weight sum_i |A_i| against its pass rate p = k/G (binary rewards): "
+         "with the group std it is 2 sqrt((G-1)/G) sqrt(k(G-k)), shaped like sqrt(p(1-p)); without scaling "
+         "2G p(1-p). Measured over every group of every step and seed (adv/group_weight_k{k}).", "",
+         "| arm | k | p | groups | measured sum |A| | closed form | measured / value at p=1/2 |", "|---|---|---|---|---|---|---|"]
+    for arm in arms:
+        d = df[df["arm"] == arm]
+        mid = d[d["k"] == d["G"].iloc[0] // 2]["measured"].iloc[0]
+        for r in d.itertuples():
+            L.append(f"| {arm} | {r.k} | {r.p:.3f} | {r.groups} | {_fmt(r.measured)} | {_fmt(r.closed_form)} | "
+                     f"{_fmt(r.measured / mid if mid else float('nan'))} |")
+    L += ["", "Also in [difficulty_bias.csv](difficulty_bias.csv). The last column shows the shape: the weight of "
+          "a hard (p = 1/8) or easy (p = 7/8) group relative to a p = 1/2 group; closed forms give "
+          f"{math.sqrt(7) / 4:.3f} (std) and {7 / 16:.3f} (none) for G = 8.", ""]
+    fig, ax = plt.subplots(figsize=(6.2, 4.2))
+    for arm in arms:
+        d = df[(df["arm"] == arm) & (df["groups"] > 0)]
+        mid = d[d["k"] == d["G"].iloc[0] // 2]["measured"]
+        norm = float(mid.iloc[0]) if len(mid) else 1.0
+        ax.plot(d["p"], d["measured"] / norm, "o", color=colors[arm], label=f"{arm} (measured)", ms=6)
+    p = np.linspace(0, 1, 201)
+    ax.plot(p, np.sqrt(p * (1 - p)) / 0.5, "k-", lw=1, label="sqrt(p(1-p)), std scaling")
+    ax.plot(p, p * (1 - p) / 0.25, "k--", lw=1, label="p(1-p), no scaling")
+    ax.set_xlabel("group pass rate p = k / G")
+    ax.set_ylabel("group total |advantage| / value at p = 1/2")
+    ax.set_title("Advantage weight per group against its pass rate", fontsize=10)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(out / "weight_vs_pass_rate.png", dpi=dpi)
+    plt.close(fig)
+    L += ["![weight against pass rate](weight_vs_pass_rate.png)", ""]
+    buckets = sorted({mm for mm in m["metric"].unique() if mm.startswith("reward/acc_d")})
+    wt = window_table(runs, buckets)
+    if not wt.empty:
+        L += ["Training accuracy per difficulty bucket, start vs. end:", ""] + _md_window(wt) + [""]
+    return L
+
+
+# ----------------------------------------------------------------------------------------------------- KL
+
+
+def kl_estimators(runs, out: Path, dpi: int = 120) -> list[str]:
+    et = end_table(runs, ["kl/exact", "kl/exact_fwd", "kl/k1", "kl/k2", "kl/k3", "reward/acc", "length/mean"])
+    et.to_csv(out / "kl_training.csv", index=False)
+    L = ["## Study: KL estimators in training", "",
+         "Each arm adds beta = 0.04 times one estimator (k1, k2, k3 of log pi/pi_ref) either to the reward "
+         "(before advantages) or to the loss (aggregated like the policy term); `no_kl` is the control. Measured: "
+         "the exact per-token reverse KL(pi || pi_ref) and forward KL(pi_ref || pi) over the full vocabulary, the "
+         "estimators' values on the sampled tokens, and training accuracy, averaged over the last 50 steps.", ""]
+    L += _md_end(et, 4)
+    L += ["", "Also in [kl_training.csv](kl_training.csv).", ""]
+    return L
+
+
+# ---------------------------------------------------------------------------------------------- off-policy
+
+
+def off_policy(runs, out: Path, dpi: int = 120) -> list[str]:
+    metrics = ["policy/clipfrac_low", "policy/clipfrac_high", "policy/log_ratio_std", "policy/seq_log_ratio_std",
+               "optim/grad_norm", "reward/acc"]
+    et = end_table(runs, metrics)
+    # stability: std over steps of the grad norm (per run), mean over seeds
+    gn = runs.metrics[runs.metrics["metric"] == "optim/grad_norm"]
+    stab = gn.groupby(["run", "arm"])["value"].std().groupby("arm").mean()
+    et.to_csv(out / "off_policy.csv", index=False)
+    L = ["## Study: off-policy updates, GRPO vs GSPO", "",
+         "n_minibatches optimizer steps per rollout batch (1 = on-policy). Token-level ratio (GRPO, clip 0.2) vs "
+         "sequence-level ratio (GSPO, clip 3e-4/4e-4). Clip fractions count tokens (GRPO) or sequences (GSPO); "
+         "log-ratio spreads are measured at the start of each optimizer step (0 on the first one).", ""]
+    L += _md_end(et, 4)
+    L += ["", "| arm | std over steps of the grad norm (mean over seeds) |", "|---|---|"]
+    for arm in runs.present_arms:
+        if arm in stab.index:
+            L.append(f"| {arm} | {stab[arm]:.4f} |")
+    # do GRPO and GSPO coincide on-policy?
+    a = [x for x in runs.present_arms if x.startswith("grpo") and x.endswith("=1")]
+    b = [x for x in runs.present_arms if x.startswith("gspo") and x.endswith("=1")]
+    if a and b:
+        m = runs.metrics[runs.metrics["metric"] == "reward/mean"]
+        L += ["", f"On-policy equivalence ({a[0]} vs {b[0]}, same seed): the first step whose mean reward differs, "
+              "and the largest gap in the first 20 steps.", "", "| seed | first differing step | max |gap|, steps 1-20 |",
+              "|---|---|---|"]
+        for seed in runs.seeds:
+            x = m[(m["arm"] == a[0]) & (m["seed"] == seed)].set_index("step")["value"]
+            y = m[(m["arm"] == b[0]) & (m["seed"] == seed)].set_index("step")["value"]
+            both = pd.concat([x, y], axis=1, join="inner").dropna()
+            diff = (both.iloc[:, 0] - both.iloc[:, 1]).abs()
+            first = diff[diff > 0].index.min() if (diff > 0).any() else None
+            L.append(f"| {seed} | {first if first is not None else 'none'} | {diff[diff.index <= 20].max():.4f} |")
+    L += ["", "Also in [off_policy.csv](off_policy.csv).", ""]
+    return L
+
+
+def study_section(study: str, runs, out: Path, dpi: int = 120) -> list[str]:
+    """Markdown lines of a study's section (figures and CSVs written to ``out``)."""
+    fn = {"length_bias": length_bias, "difficulty_bias": difficulty_bias, "kl_estimators": kl_estimators,
+          "off_policy": off_policy}.get(study)
+    if fn is None:
+        raise ValueError(f"unknown study {study!r}; valid: {', '.join(STUDIES)}")
+    return fn(runs, Path(out), dpi)
