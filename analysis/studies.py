@@ -87,6 +87,33 @@ def end_table(runs, metrics: list[str], n_resamples: int = 10_000) -> pd.DataFra
     return pd.DataFrame(rows)
 
 
+def paired_diff(runs, metric: str, a: str, b: str, change: bool = False, n_resamples: int = 10_000) -> dict:
+    """Per-seed difference arm a - arm b of the end-window mean of ``metric`` (or of its start -> end change),
+    mean over seeds with a 95% bootstrap CI (seeds resampled as pairs)."""
+    def per_seed(arm):
+        e = per_run_window(runs, metric, None, None, last=END_STEPS)
+        e = e[e["arm"] == arm].set_index("seed")["value"]
+        if change:
+            s = per_run_window(runs, metric, *START)
+            e = e - s[s["arm"] == arm].set_index("seed")["value"]
+        return e
+    d = (per_seed(a) - per_seed(b)).dropna()
+    if len(d) < 2:
+        return {"a": a, "b": b, "metric": metric, "n": len(d), "mean": float("nan"), "lo": float("nan"),
+                "hi": float("nan")}
+    ci = bootstrap_ci(d.to_numpy(), n_resamples=n_resamples)
+    return {"a": a, "b": b, "metric": metric, "n": len(d), "mean": float(d.mean()), "lo": ci.low, "hi": ci.high,
+            "wins": int((d > 0).sum())}
+
+
+def _md_paired(rows: list[dict], what: str, digits: int = 3) -> list[str]:
+    L = [f"| {what} | metric | seeds | mean difference | 95% CI | seeds with a > b |", "|---|---|---|---|---|---|"]
+    for r in rows:
+        L.append(f"| {r['a']} - {r['b']} | {r['metric']} | {r['n']} | {r['mean']:+.{digits}f} | "
+                 f"[{r['lo']:+.{digits}f}, {r['hi']:+.{digits}f}] | {r.get('wins', 0)}/{r['n']} |")
+    return L
+
+
 def _md_window(df: pd.DataFrame, digits: int = 3) -> list[str]:
     L = ["| metric | arm | seeds | start (steps 1-20) | end (last 50 steps) | change | 95% CI of change |",
          "|---|---|---|---|---|---|---|"]
@@ -158,6 +185,12 @@ def length_bias(runs, out: Path, dpi: int = 120) -> list[str]:
     L += _md_window(wt)
     L += ["", "Change = end - start per seed, mean over seeds; CI: 95% percentile bootstrap over seeds. "
           "Also in [length_bias.csv](length_bias.csv).", ""]
+    base = "seq_mean_token_mean"
+    if base in arms:
+        pr = [paired_diff(runs, m_, base, other) for m_ in ("length/incorrect", "length/correct")
+              for other in arms if other != base]
+        L += ["Paired by seed (same warm start, same prompts), end window (last 50 steps):", ""]
+        L += _md_paired(pr, "a - b (tokens)") + [""]
     fig, axes = plt.subplots(1, len(arms), figsize=(4.2 * len(arms), 3.6), sharey=True, squeeze=False)
     for ax, arm in zip(axes[0], arms):
         for metric, style, lab in (("length/correct", "-", "correct"), ("length/incorrect", "--", "incorrect")):
@@ -276,6 +309,11 @@ def difficulty_bias(runs, out: Path, dpi: int = 120) -> list[str]:
     wt = window_table(runs, buckets)
     if not wt.empty:
         L += ["Training accuracy per difficulty bucket, start vs. end:", ""] + _md_window(wt) + [""]
+    if "group_std" in arms:
+        pr = [paired_diff(runs, b_, other, "group_std", change=True) for b_ in buckets
+              for other in arms if other != "group_std"]
+        L += ["Paired by seed: gain (end - start) of training accuracy per bucket, arm minus group_std:", ""]
+        L += _md_paired(pr, "a - b") + [""]
     return L
 
 
@@ -291,6 +329,10 @@ def kl_estimators(runs, out: Path, dpi: int = 120) -> list[str]:
          "the exact per-token reverse KL(pi || pi_ref) and forward KL(pi_ref || pi) over the full vocabulary, the "
          "estimators' values on the sampled tokens, and training accuracy, averaged over the last 50 steps.", ""]
     L += _md_end(et, 4)
+    if "no_kl" in runs.present_arms:
+        pr = [paired_diff(runs, m_, arm, "no_kl") for m_ in ("kl/exact", "kl/exact_fwd", "reward/acc")
+              for arm in runs.present_arms if arm != "no_kl"]
+        L += ["", "Paired by seed, end window, arm minus no_kl:", ""] + _md_paired(pr, "a - b", 4)
     L += ["", "Also in [kl_training.csv](kl_training.csv).", ""]
     return L
 
@@ -330,6 +372,14 @@ def off_policy(runs, out: Path, dpi: int = 120) -> list[str]:
             diff = (both.iloc[:, 0] - both.iloc[:, 1]).abs()
             first = diff[diff > 0].index.min() if (diff > 0).any() else None
             L.append(f"| {seed} | {first if first is not None else 'none'} | {diff[diff.index <= 20].max():.4f} |")
+    pr = []
+    for g in [x for x in runs.present_arms if x.startswith("gspo")]:
+        twin = "grpo" + g[len("gspo"):]
+        if twin in runs.present_arms:
+            pr += [paired_diff(runs, m_, g, twin) for m_ in ("reward/acc", "optim/grad_norm")]
+    if pr:
+        L += ["", "Paired by seed, end window, GSPO minus GRPO at the same number of minibatches:", ""]
+        L += _md_paired(pr, "a - b", 4)
     L += ["", "Also in [off_policy.csv](off_policy.csv).", ""]
     return L
 
