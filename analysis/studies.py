@@ -344,19 +344,35 @@ def off_policy(runs, out: Path, dpi: int = 120) -> list[str]:
     metrics = ["policy/clipfrac_low", "policy/clipfrac_high", "policy/log_ratio_std", "policy/seq_log_ratio_std",
                "optim/grad_norm", "reward/acc"]
     et = end_table(runs, metrics)
-    # stability: std over steps of the grad norm (per run), mean over seeds
+    # stability: std over steps of the grad norm, per run
     gn = runs.metrics[runs.metrics["metric"] == "optim/grad_norm"]
-    stab = gn.groupby(["run", "arm"])["value"].std().groupby("arm").mean()
+    stab = gn.groupby(["run", "arm", "seed"], as_index=False)["value"].std()
     et.to_csv(out / "off_policy.csv", index=False)
     L = ["## Study: off-policy updates, GRPO vs GSPO", "",
          "n_minibatches optimizer steps per rollout batch (1 = on-policy). Token-level ratio (GRPO, clip 0.2) vs "
          "sequence-level ratio (GSPO, clip 3e-4/4e-4). Clip fractions count tokens (GRPO) or sequences (GSPO); "
          "log-ratio spreads are measured at the start of each optimizer step (0 on the first one).", ""]
     L += _md_end(et, 4)
-    L += ["", "| arm | std over steps of the grad norm (mean over seeds) |", "|---|---|"]
+    L += ["", "Stability: std over all steps of a run's gradient norm (before clipping), mean over seeds:", "",
+          "| arm | seeds | std of grad norm | 95% CI |", "|---|---|---|---|"]
     for arm in runs.present_arms:
-        if arm in stab.index:
-            L.append(f"| {arm} | {stab[arm]:.4f} |")
+        v = stab[stab["arm"] == arm]["value"].dropna().to_numpy()
+        if len(v):
+            ci = bootstrap_ci(v) if len(v) > 1 else None
+            L.append(f"| {arm} | {len(v)} | {v.mean():.4f} | "
+                     f"[{_fmt(ci.low if ci else float('nan'), 4)}, {_fmt(ci.high if ci else float('nan'), 4)}] |")
+    sp = []
+    for g in [x for x in runs.present_arms if x.startswith("gspo")]:
+        twin = "grpo" + g[len("gspo"):]
+        a = stab[stab["arm"] == g].set_index("seed")["value"]
+        b = stab[stab["arm"] == twin].set_index("seed")["value"]
+        d = (a - b).dropna()
+        if len(d) > 1:
+            ci = bootstrap_ci(d.to_numpy())
+            sp.append({"a": g, "b": twin, "metric": "std of grad norm", "n": len(d), "mean": float(d.mean()),
+                       "lo": ci.low, "hi": ci.high, "wins": int((d > 0).sum())})
+    if sp:
+        L += ["", "Paired by seed, GSPO minus GRPO:", ""] + _md_paired(sp, "a - b", 4)
     # do GRPO and GSPO coincide on-policy?
     a = [x for x in runs.present_arms if x.startswith("grpo") and x.endswith("=1")]
     b = [x for x in runs.present_arms if x.startswith("gspo") and x.endswith("=1")]
