@@ -158,8 +158,9 @@ def plot_panels(panels: Sequence[tuple[str, str, pd.DataFrame | None] | None], c
         raise ValueError("plot_panels: no panels")
     ncols = max(1, min(ncols, n))
     nrows = -(-n // ncols)
-    fig, axes = _grid_figure(nrows, ncols, panel_size, top_in=0.95 if title else 0.55, bottom_in=0.95,
-                             sharey=sharey)
+    legend_rows = max(1, -(-len(colors) // 6))  # the figure legend holds 6 entries a row: room for every row
+    fig, axes = _grid_figure(nrows, ncols, panel_size, top_in=0.95 if title else 0.55,
+                             bottom_in=0.95 + 0.28 * (legend_rows - 1), sharey=sharey)
     seen: dict[str, tuple] = {}  # arm -> (handle, largest n in any panel)
     for i, panel in enumerate(panels):
         ax = axes.flat[i]

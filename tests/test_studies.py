@@ -20,3 +20,43 @@ def test_closed_form_group_weight_by_hand():
     # all-equal groups carry no weight
     assert closed_form_weight(0, 8, "group") == closed_form_weight(8, 8, "none") == 0.0
     assert math.isnan(closed_form_weight(3, 8, "batch"))
+
+
+def _runs(values):
+    """A Runs object from {(arm, seed): [value at step 1, 2, ...]} for metric 'm'."""
+    import pandas as pd
+
+    from analysis.load import Runs
+
+    rows, cfg = [], []
+    for (arm, seed), vals in values.items():
+        run = f"{arm}__s{seed}"
+        rows += [{"run": run, "arm": arm, "seed": seed, "step": i + 1, "tokens": 0, "metric": "m", "value": v}
+                 for i, v in enumerate(vals)]
+        cfg.append({"run": run, "arm": arm, "seed": seed, "complete": True, "path": "."})
+    arms = list(dict.fromkeys(a for a, _ in values))
+    return Runs(root=".", metrics=pd.DataFrame(rows), evals=pd.DataFrame(columns=["run"]),
+                configs=pd.DataFrame(cfg), sweep={"arms": arms, "name": "t"})
+
+
+def test_windows_and_paired_differences_by_hand():
+    from analysis import studies
+
+    # 100 steps: value 1.0 on steps 1-20, 0.5 on 21-50, then 3.0 (arm a) / 2.0 (arm b) + seed/10 on 51-100
+    def vals(end, seed):
+        return [1.0] * 20 + [0.5] * 30 + [end + seed / 10] * 50
+
+    runs = _runs({("a", 0): vals(3.0, 0), ("a", 1): vals(3.0, 1), ("b", 0): vals(2.0, 0), ("b", 1): vals(2.0, 1)})
+    wt = studies.window_table(runs, ["m"], n_resamples=200).set_index("arm")
+    # start window = steps 1-20 -> 1.0; end window = last 50 steps -> 3.05 (a: 3.0 and 3.1), 2.05 (b)
+    assert wt.loc["a", "start"] == 1.0 and abs(wt.loc["a", "end"] - 3.05) < 1e-12
+    assert abs(wt.loc["a", "change"] - 2.05) < 1e-12 and abs(wt.loc["b", "change"] - 1.05) < 1e-12
+    d = studies.paired_diff(runs, "m", "a", "b", n_resamples=200)
+    # per seed: a - b = 1.0 exactly for both seeds, so the CI collapses onto 1.0
+    assert d["n"] == 2 and abs(d["mean"] - 1.0) < 1e-12 and abs(d["lo"] - 1.0) < 1e-12 and d["wins"] == 2
+    dc = studies.paired_diff(runs, "m", "a", "b", change=True, n_resamples=200)
+    assert abs(dc["mean"] - 1.0) < 1e-12  # both start at 1.0
+    et = studies.end_table(runs, ["m"], n_resamples=200).set_index("arm")
+    assert abs(et.loc["b", "mean"] - 2.05) < 1e-12
+    with pytest.raises(ValueError, match="unknown study"):
+        studies.study_section("nope", runs, ".")
