@@ -30,9 +30,18 @@ def default_cache_dir() -> Path:
     return Path(os.environ.get("OBJBENCH_CACHE", Path.home() / ".cache" / "objbench"))
 
 
+def _encode_batch(tokenizer, texts: list[str]) -> list[list[int]]:
+    """``[tokenizer.encode(t, add_special_tokens=False) for t in texts]``, in one Rust call for fast tokenizers
+    (~100 us per text saved: the Python wrapper dominates for short prompts)."""
+    rust = getattr(tokenizer, "_tokenizer", None)
+    if rust is not None and hasattr(rust, "encode_batch"):
+        return [e.ids for e in rust.encode_batch(list(texts), add_special_tokens=False)]
+    return [tokenizer.encode(t, add_special_tokens=False) for t in texts]
+
+
 def encode_prompts(tokenizer, texts: list[str], bos_id: int, pad_id: int):
     """Left-padded ``<bos> + text`` ids and a bool mask, (B, P)."""
-    seqs = [[bos_id] + tokenizer.encode(t, add_special_tokens=False) for t in texts]
+    seqs = [[bos_id] + ids for ids in _encode_batch(tokenizer, texts)]
     P = max(len(s) for s in seqs)
     ids = torch.full((len(seqs), P), pad_id, dtype=torch.long)
     mask = torch.zeros(len(seqs), P, dtype=torch.bool)
@@ -44,7 +53,7 @@ def encode_prompts(tokenizer, texts: list[str], bos_id: int, pad_id: int):
 
 def encode_targets(tokenizer, texts: list[str], eos_id: int, pad_id: int):
     """Right-padded ``text + <eos>`` ids and a bool mask, (B, T)."""
-    seqs = [tokenizer.encode(t, add_special_tokens=False) + [eos_id] for t in texts]
+    seqs = [ids + [eos_id] for ids in _encode_batch(tokenizer, texts)]
     T = max(len(s) for s in seqs)
     ids = torch.full((len(seqs), T), pad_id, dtype=torch.long)
     mask = torch.zeros(len(seqs), T, dtype=torch.bool)

@@ -194,3 +194,14 @@ def test_special_token_inside_a_response_makes_it_invalid():
     b = rollout(s, [prob], 3, s.sampling, None)
     assert b.correct.tolist() == [True, False, False]
     assert b.texts[0] == prob.answer and b.texts[1] == b.texts[2] == INVALID_MARK + prob.answer
+
+
+def test_fast_response_decoding_equals_batch_decode():
+    import torch
+
+    from envs.tokenizer import build_char_tokenizer
+    from experiments.train import decode_responses
+
+    tok = build_char_tokenizer()
+    ids = torch.randint(0, len(tok), (200, 9), generator=torch.Generator().manual_seed(0))  # specials included
+    assert decode_responses(tok, ids) == tok.batch_decode(ids, skip_special_tokens=True)
