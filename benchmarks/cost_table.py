@@ -21,6 +21,10 @@ import tempfile
 import time
 from pathlib import Path
 
+import torch
+
+from experiments.train import _git_commit, _versions
+
 PRESETS = ("ppo", "grpo", "dr_grpo", "dapo", "gspo")
 ARCHS = ("tiny", "small")
 GROUPS = (2, 4, 8, 16, 32)
@@ -84,27 +88,13 @@ def main(argv=None) -> int:
             print(f"{arch:5s} G={G:2d} {r['median_s_per_step'] * 1000:7.1f} ms/step", flush=True)
     elapsed = time.perf_counter() - t0
     meta = {"command": "python -m benchmarks.cost_table " + " ".join(argv or sys.argv[1:]),
-            "commit": _commit(), "steps": args.steps, "elapsed_s": elapsed, "versions": _versions()}
+            "commit": _git_commit(), "steps": args.steps, "elapsed_s": elapsed,
+            "versions": {**_versions(), "threads": torch.get_num_threads()}}
     (out / "cost.json").write_text(json.dumps({"presets": rows, "scaling": scaling, "meta": meta}, indent=1))
     write_table(rows, scaling, meta, out)
     plot_scaling(scaling, out / "scaling.png")
     print(f"wrote {out}/cost.md, cost.csv, cost.json, scaling.png in {elapsed:.0f}s")
     return 0
-
-
-def _commit() -> str:
-    try:
-        return subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
-    except OSError:
-        return "unknown"
-
-
-def _versions() -> dict:
-    import torch
-    import transformers
-
-    return {"torch": torch.__version__, "transformers": transformers.__version__,
-            "threads": torch.get_num_threads()}
 
 
 def write_table(rows, scaling, meta, out: Path):

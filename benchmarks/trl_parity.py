@@ -24,6 +24,7 @@ covers both pairs (TRL default vs k3_ratio, and TRL with the correction off vs p
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import statistics
@@ -36,13 +37,11 @@ from pathlib import Path
 import torch
 
 from benchmarks import workload as W
-
-SETTINGS = (0.0, 0.04)
-
+from experiments.train import peak_rss_mb  # VmHWM: each child's own peak, not its parent's
 
 def objbench_overrides(beta: float, kl_estimator: str = "k3_ratio") -> list[str]:
     """The workload's GRPO as objbench config overrides (everything else is objbench's grpo preset)."""
-    kl = ([f"objective.kl.placement=loss", f"objective.kl.beta={beta}", f"objective.kl.estimator={kl_estimator}"]
+    kl = (["objective.kl.placement=loss", f"objective.kl.beta={beta}", f"objective.kl.estimator={kl_estimator}"]
           if beta else ["objective.kl.placement=none", "objective.kl.beta=0", "log.ref_kl=false"])
     return ["objective=grpo", f"objective.group_size={W.GROUP_SIZE}", "objective.adv.scale=group",
             "objective.adv.eps=1e-4", "objective.ratio.level=token", "objective.ratio.eps_low=0.2",
@@ -52,12 +51,6 @@ def objbench_overrides(beta: float, kl_estimator: str = "k3_ratio") -> list[str]
             f"rollout.max_new_tokens={W.MAX_NEW_TOKENS}", "rollout.temperature=1.0", "rollout.top_p=1.0",
             "optim.lr=1e-4", "optim.beta1=0.9", "optim.beta2=0.999", "optim.weight_decay=0.0",
             "optim.grad_clip=1.0", "seed=0", *kl]
-
-
-def peak_rss_mb() -> float:
-    from experiments.train import peak_rss_mb as peak  # VmHWM: this child's own peak, not its parent's
-
-    return peak()
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -256,9 +249,7 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     if args.worker:
         return _child(args)
-    try:
-        import trl
-    except ImportError:
+    if importlib.util.find_spec("trl") is None:
         print("TRL is not installed: pip install -e '.[trl]'", file=sys.stderr)
         return 2
     betas = [float(b) for b in args.settings.split(",")]
@@ -318,11 +309,10 @@ def main(argv=None) -> int:
 
 
 def _versions() -> dict:
-    import transformers
     import trl
+    from experiments.train import _versions as base
 
-    return {"torch": torch.__version__, "transformers": transformers.__version__, "trl": trl.__version__,
-            "threads": torch.get_num_threads()}
+    return {**base(), "trl": trl.__version__, "threads": torch.get_num_threads()}
 
 
 def render(rows, checks, args) -> str:

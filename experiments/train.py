@@ -538,19 +538,16 @@ def update(s: Setup, b: Batch, opt, critic_opt, step: int) -> dict:
                     critic_opt.step()
                     for k, v in rename(vm).items():
                         sums[k].append(_to_float(v))
-            if first_pass:
-                with torch.no_grad(), timed(s, "metrics"):
-                    rm = b.response_mask[rows]
-                    sums["policy/entropy"].append(_masked_mean(sc.entropy, rm))
-            with torch.no_grad(), timed(s, "metrics"):  # spread of the importance ratio (the off-policy axis)
+            with torch.no_grad(), timed(s, "metrics"):
+                # spread of the importance ratio at the start of each optimizer step (the off-policy axis)
                 lr = (sc.logp.detach() - b.old_logp[rows]) * mk
-                n_tok = mk.sum()
-                sums["policy/log_ratio_std"].append(
-                    float(((lr ** 2).sum() / n_tok.clamp(min=1) - (lr.sum() / n_tok.clamp(min=1)) ** 2).clamp(min=0).sqrt()))
+                valid = lr[mk]
+                sums["policy/log_ratio_std"].append(float(valid.std(correction=0)) if valid.numel() else 0.0)
                 seq_lr = lr.sum(-1) / mk.sum(-1).clamp(min=1)
                 sums["policy/seq_log_ratio_std"].append(float(seq_lr.std()) if len(seq_lr) > 1 else 0.0)
-            if first_pass:
-                with torch.no_grad(), timed(s, "metrics"):
+                if first_pass:
+                    rm = b.response_mask[rows]
+                    sums["policy/entropy"].append(_masked_mean(sc.entropy, rm))
                     if want_logits:
                         lp = sc.logp.detach()
                         kl_parts["kl/exact"].append((KL.exact_kl(sc.logits.detach(), ref.logits[rows]), rm))

@@ -244,6 +244,21 @@ def _buckets(lengths: list[int], penalty: float | None = None) -> list[int]:
     return sorted(bounds)
 
 
+def _prefill(W: _Weights, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor):
+    """Each distinct prompt through the model once. Returns (logits of the next token for every row (B, V),
+    per-layer (k, v) of the distinct prompts (U, Hkv, P, hd), row -> distinct-prompt index (B,))."""
+    first_rows, inverse = _distinct_prompts(prompt_ids, prompt_mask)
+    u_ids, u_mask = prompt_ids[first_rows], prompt_mask[first_rows]
+    x = W.embed(u_ids)
+    cos, sin = W.rope((u_mask.long().cumsum(-1) - 1).clamp(min=0), W.emb.dtype)
+    mask = _additive_mask(u_mask, prompt_ids.shape[1], W.emb.dtype)
+    kv = []
+    for lw in W.layers:
+        x, k, v = _layer(x, lw, W, cos, sin, mask)
+        kv.append((k, v))
+    return F.linear(_rms(x[:, -1], W.norm), *W.lm).index_select(0, inverse), kv, inverse
+
+
 def response_logits(model, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, response_ids: torch.Tensor,
                     response_mask: torch.Tensor) -> torch.Tensor:
     """Teacher-forced logits predicting each response token: (B, T, V); zeros past each row's length.
@@ -258,16 +273,7 @@ def response_logits(model, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, 
     T = response_ids.shape[1]
     dtype = W.emb.dtype
     pm = prompt_mask.bool()
-    first_rows, inverse = _distinct_prompts(prompt_ids, pm)
-    u_ids, u_mask = prompt_ids[first_rows], pm[first_rows]
-    x = W.embed(u_ids)
-    cos, sin = W.rope((u_mask.long().cumsum(-1) - 1).clamp(min=0), dtype)
-    mask = _additive_mask(u_mask, P, dtype)
-    prefix = []
-    for lw in W.layers:
-        x, k, v = _layer(x, lw, W, cos, sin, mask)
-        prefix.append((k, v))
-    first = F.linear(_rms(x[:, -1], W.norm), *W.lm).index_select(0, inverse)  # (B, V): predicts token 0
+    first, prefix, inverse = _prefill(W, prompt_ids, pm)                 # first: (B, V), predicts token 0
     V_ = first.shape[-1]
     if T == 1:
         return first[:, None]
@@ -313,21 +319,12 @@ def generate(model, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, params,
     T = params.max_new_tokens
     W = _weights(model)
     dtype = W.emb.dtype
-    # prefill each distinct prompt once
-    first_rows, inverse = _distinct_prompts(prompt_ids, prompt_mask)
-    u_ids, u_mask = prompt_ids[first_rows], prompt_mask[first_rows].bool()
-    u_pos = (u_mask.long().cumsum(-1) - 1).clamp(min=0)
-    x = W.embed(u_ids)
-    cos, sin = W.rope(u_pos, dtype)
-    mask = _additive_mask(u_mask, P, dtype)
-    n_layers = len(W.layers)
-    K = torch.zeros(n_layers, B, W.Hkv, P + T, W.hd, dtype=dtype)
+    logits, prefix, inverse = _prefill(W, prompt_ids, prompt_mask.bool())  # logits (B, V)
+    K = torch.zeros(len(W.layers), B, W.Hkv, P + T, W.hd, dtype=dtype)
     V = torch.zeros_like(K)
-    for i, lw in enumerate(W.layers):
-        x, k, v = _layer(x, lw, W, cos, sin, mask)
+    for i, (k, v) in enumerate(prefix):
         K[i, :, :, :P] = k.index_select(0, inverse)
         V[i, :, :, :P] = v.index_select(0, inverse)
-    logits = F.linear(_rms(x[:, -1], W.norm), *W.lm).index_select(0, inverse)  # (B, V)
     # decode-time mask: one query per row sees every valid key so far; kept as an additive row, updated in place
     amask = torch.full((B, 1, 1, P + T), torch.finfo(dtype).min, dtype=dtype)
     amask[:, 0, 0, :P].masked_fill_(prompt_mask.bool(), 0.0)
