@@ -21,7 +21,7 @@ from functools import lru_cache
 
 import torch
 
-from envs.base import Problem, RewardResult, Task
+from envs.base import NumericProblem, Problem, RewardResult, Task
 
 PAD_ID, BOS_ID, EOS_ID = 0, 1, 2
 VOCAB = ("<pad>", "<bos>", "<eos>", *"0123456789", "+", "=")
@@ -134,7 +134,7 @@ class UniformAddition(Task):
 
     def problem_at(self, seed: int, index: int) -> Problem:
         a, b = self._pairs[index]
-        return Problem(uid=f"{self.name}:{index}", prompt=f"{a}+{b}=", answer=answer(a, b),
+        return NumericProblem(uid=f"{self.name}:{index}", prompt=f"{a}+{b}=", answer=answer(a, b),
                        difficulty=1 if max(a, b) < 10 else 2, op="+", operands=(a, b), target=a + b)
 
     def eval_set(self) -> list[Problem]:

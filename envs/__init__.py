@@ -14,7 +14,7 @@ from collections.abc import Callable
 from types import MappingProxyType
 
 from .arithmetic import ArithmeticConfig, ArithmeticTask
-from .base import Problem, RewardResult, Task
+from .base import NumericProblem, Problem, RewardResult, Task
 from .countdown import CountdownConfig, CountdownTask
 from .safe_eval import SafeEvalLimits, SafeEvalResult, safe_eval
 from .tokenizer import (
@@ -100,6 +100,7 @@ __all__ = [
     "ArithmeticTask",
     "CountdownConfig",
     "CountdownTask",
+    "NumericProblem",
     "Problem",
     "RewardResult",
     "SafeEvalLimits",

@@ -38,6 +38,7 @@ from dataclasses import dataclass
 
 from .base import (
     DEFAULT_MAX_COMPLETION_CHARS,
+    NumericProblem,
     Problem,
     RewardResult,
     Task,
@@ -179,7 +180,7 @@ class ArithmeticTask(Task):
 
     def _make(self, uid: str, a: int, op: str, b: int, difficulty: int) -> Problem:
         value = apply_op(a, op, b)
-        return Problem(
+        return NumericProblem(
             uid=uid,
             prompt=f"{a}{op}{b}=",
             answer=format_answer(value, self.config.reverse_answer),

@@ -28,16 +28,34 @@ DEFAULT_MAX_COMPLETION_CHARS = 256
 
 @dataclass(frozen=True)
 class Problem:
-    """One prompt with its reference answer. Hashable (no dicts), so it can key caches and sets."""
+    """One prompt with its ground truth; generic over tasks. Hashable (tuples only), so it can key caches.
+
+    Tasks produce text, never token ids: the rollout layer turns `prompt` (or `messages`, through the
+    tokenizer's chat template when it has one) into ids.
+    """
 
     uid: str
     """Unique id: "<task>:train:<seed>:<index>" for stream problems, "<task>:eval:<k>" for the held-out set."""
     prompt: str
-    """Prompt text without special tokens, e.g. "12+34="."""
+    """Prompt text without special tokens, e.g. "12+34=" (also the fallback when no chat template applies)."""
     answer: str
-    """Canonical answer text, e.g. "64" (46 written reversed); for countdown one reference expression."""
-    difficulty: int
-    """Difficulty level, one of the task's `difficulties`."""
+    """Ground truth as text: "64" (46 written reversed), a countdown reference expression, "42", "\\frac{1}{2}"."""
+    difficulty: int = 0
+    """Difficulty level, one of the task's `difficulties` (0 when a data set has no difficulty column)."""
+    messages: tuple[tuple[str, str], ...] = ()
+    """Chat form of the prompt as (role, content) pairs; empty = plain text only."""
+    meta: tuple[tuple[str, object], ...] = ()
+    """Task-specific extras as (key, value) pairs of plain values (e.g. a data set row's id or source)."""
+
+    def chat(self) -> list[dict]:
+        """`messages` as the list of {"role", "content"} dicts that chat templates take."""
+        return [{"role": r, "content": c} for r, c in self.messages]
+
+
+@dataclass(frozen=True, kw_only=True)
+class NumericProblem(Problem):
+    """A problem whose answer denotes an integer built from the numbers in its prompt (arithmetic, countdown)."""
+
     op: str
     """Operation ("+", "-", "*") or the task's kind ("countdown")."""
     operands: tuple[int, ...]

@@ -30,6 +30,7 @@ from fractions import Fraction
 
 from .base import (
     DEFAULT_MAX_COMPLETION_CHARS,
+    NumericProblem,
     Problem,
     RewardResult,
     Task,
@@ -159,7 +160,7 @@ class CountdownTask(Task):
         return self._held_out(problem.operands, problem.target)
 
     def _make(self, uid: str, numbers: tuple[int, ...], target: int, expr: str) -> Problem:
-        return Problem(
+        return NumericProblem(
             uid=uid,
             prompt=" ".join(map(str, numbers)) + f"#{target}=",
             answer=expr,

@@ -3,7 +3,7 @@ from collections import Counter
 
 import pytest
 
-from envs import Problem, make_task
+from envs import NumericProblem, make_task
 from envs.safe_eval import safe_eval
 
 
@@ -13,7 +13,8 @@ def task():
 
 
 def _problem(numbers, target):
-    return Problem("t", " ".join(map(str, numbers)) + f"#{target}=", "", len(numbers), "countdown", tuple(numbers), target)
+    return NumericProblem("t", " ".join(map(str, numbers)) + f"#{target}=", "", len(numbers),
+                          op="countdown", operands=tuple(numbers), target=target)
 
 
 def test_stream_is_deterministic_and_well_formed(task):
