@@ -14,9 +14,9 @@ from __future__ import annotations
 import difflib
 import hashlib
 import json
-from dataclasses import asdict, dataclass, field, fields, is_dataclass
+from dataclasses import asdict, dataclass, field, fields, is_dataclass, replace
 from pathlib import Path
-from typing import Any, List, Optional
+from typing import Any, Dict, Optional
 
 import yaml
 from omegaconf import OmegaConf
@@ -40,30 +40,23 @@ def _positive(name: str, value, allow_zero=False):
         raise ConfigError(f"{name} must be {'>= 0' if allow_zero else '> 0'}, got {value}")
 
 
-@dataclass(frozen=True)
-class TaskConfig:
-    name: str = "arithmetic"
-    """task name in envs (see `envs.TASKS`)"""
-    max_digits: int = 3
-    """largest operand size; difficulty d = number of digits of the operands, 1..max_digits"""
-    ops: str = "+"
-    """operators to draw from, e.g. "+" or "+-*" """
-    difficulty_weights: List[float] = field(default_factory=list)
-    """mixture weight per difficulty 1..max_digits; empty = the task's default mixture"""
-    filler_max: int = 0
-    """> 0: completions may start with up to this many '.' filler characters (length-bias study)"""
-    format_reward: float = 0.0
-    """reward for a well-formed but wrong answer (0 = pure correctness reward)"""
-    reverse_answer: bool = True
-    """answers are written least-significant digit first (learnable by tiny causal models)"""
-    eval_per_difficulty: int = 64
-    """held-out problems per difficulty level (the eval set is fixed for a task, whatever the seed)"""
+DEFAULT_TASK = {"name": "arithmetic", "eval_per_difficulty": 64}  # the built-in default run (64 held out per digit count)
 
 
 @dataclass(frozen=True)
 class ModelConfig:
     arch: str = "tiny"
-    """tiny (~0.13M params) | small (~1M) | path to a local Hugging Face causal-LM directory"""
+    """built-in architecture trained from scratch with the character tokenizer: tiny (~0.13M params) | small
+    (~1M); ignored when `path` is set"""
+    path: str = ""
+    """a Hugging Face causal LM: local directory (or hub id where the hub is reachable) holding the model and its
+    own tokenizer; empty = the built-in `arch`"""
+    device: str = "auto"
+    """auto (CUDA when present, else CPU) | cpu | cuda | cuda:N: where the policy, reference and critic train"""
+    dtype: str = "fp32"
+    """fp32 | bf16: weights and compute of the trained models"""
+    gradient_checkpointing: bool = False
+    """recompute activations in the backward pass (less memory, ~30% more compute; transformers forward only)"""
     attn: str = "sdpa"
     """attention implementation passed to transformers (sdpa | eager), used wherever the transformers forward runs"""
     forward: str = "auto"
@@ -73,12 +66,25 @@ class ModelConfig:
     def __post_init__(self):
         _choice("model.attn", self.attn, ("sdpa", "eager"))
         _choice("model.forward", self.forward, ("auto", "hf"))
+        _choice("model.dtype", self.dtype, ("fp32", "bf16"))
+        if not (self.device in ("auto", "cpu", "cuda") or
+                (self.device.startswith("cuda:") and self.device[5:].isdigit())):
+            raise ConfigError(f"model.device={self.device!r} is not valid; choose auto, cpu, cuda or cuda:N")
+        if not self.path:
+            from rollout.models import TINY_ARCHS
+
+            if self.arch not in TINY_ARCHS:
+                hint = (" (a Hugging Face model folder goes in model.path=...)"
+                        if ("/" in self.arch or Path(self.arch).exists()) else "")
+                raise ConfigError(f"model.arch={self.arch!r} is not a built-in architecture; choose one of: "
+                                  f"{', '.join(TINY_ARCHS)}{hint}")
 
 
 @dataclass(frozen=True)
 class SFTConfig:
-    steps: int = 1000
-    """supervised warm-start steps on reference answers (0 = start RL from random weights)"""
+    steps: Optional[int] = None
+    """supervised warm-start steps on the task's reference answers; 0 = none (RL from the start weights);
+    unset = 1000 for a built-in architecture, 0 for a pretrained model.path (resolved in config.yaml)"""
     batch_size: int = 128
     lr: float = 3e-3
     """AdamW peak learning rate of the warm start (5% warm-up, constant, linear decay over the last 25%)"""
@@ -91,7 +97,8 @@ class SFTConfig:
     plateau; noisy targets from the start keep some seeds on it)"""
 
     def __post_init__(self):
-        _positive("sft.steps", self.steps, allow_zero=True)
+        if self.steps is not None:
+            _positive("sft.steps", self.steps, allow_zero=True)
         if not 0 <= self.noise < 1:
             raise ConfigError(f"sft.noise must be in [0, 1), got {self.noise}")
         if not 0 <= self.noise_start <= 1:
@@ -110,6 +117,9 @@ class RolloutConfig:
     """0 = the task's longest reference answer + EOS + 6 tokens of headroom"""
     engine: str = "hf"
     """hf (transformers sampling loop with KV cache) | vllm (GPU)"""
+    chat_template: str = "auto"
+    """auto: prompts that a task gives as chat messages go through the tokenizer's chat template when it has one;
+    none: always the plain prompt text"""
 
     def __post_init__(self):
         _positive("rollout.completions_per_step", self.completions_per_step)
@@ -118,6 +128,7 @@ class RolloutConfig:
             raise ConfigError(f"rollout.top_p must be in (0, 1], got {self.top_p}")
         _positive("rollout.max_new_tokens", self.max_new_tokens, allow_zero=True)
         _choice("rollout.engine", self.engine, ("hf", "vllm"))
+        _choice("rollout.chat_template", self.chat_template, ("auto", "none"))
 
 
 @dataclass(frozen=True)
@@ -181,7 +192,9 @@ class TrainConfig:
     data_seed: Optional[int] = None
     """seeds the prompt stream; None = seed. Every arm with the same data seed sees the same prompts"""
     out_dir: str = "results/runs"
-    task: TaskConfig = field(default_factory=TaskConfig)
+    task: Dict[str, Any] = field(default_factory=lambda: dict(DEFAULT_TASK))
+    """`name` picks a registered task (envs.TASKS); every other key is a setting of that task, validated by the
+    task's own config dataclass. Resolved to the task's full settings (envs.task_spec) on construction."""
     model: ModelConfig = field(default_factory=ModelConfig)
     sft: SFTConfig = field(default_factory=SFTConfig)
     rollout: RolloutConfig = field(default_factory=RolloutConfig)
@@ -191,6 +204,12 @@ class TrainConfig:
     log: LogConfig = field(default_factory=LogConfig)
 
     def __post_init__(self):
+        if not isinstance(self.task, dict) or not self.task.get("name"):
+            raise ConfigError(f"task must be a mapping with a 'name' (one of the registered tasks), got {self.task!r}")
+        # the task validates its own settings; config.yaml then holds every resolved setting
+        object.__setattr__(self, "task", _resolve_task(self.task))
+        if self.sft.steps is None:
+            object.__setattr__(self, "sft", replace(self.sft, steps=0 if self.model.path else 1000))
         G = self.objective.group_size
         if self.rollout.completions_per_step % G:
             raise ConfigError(
@@ -290,8 +309,10 @@ def load_config(path: str | Path | None = None, overrides: list[str] | tuple = (
         # pick the preset: CLI > last layer that names one > default
         preset = None
         obj_layers = []
+        task: dict = dict(DEFAULT_TASK)
         for layer in layers:
             layer = dict(layer)
+            task = _merge_task(task, layer.pop("task", None))
             obj = layer.pop("objective", None)
             if isinstance(obj, str):
                 preset, obj_layers = obj, []
@@ -309,8 +330,13 @@ def load_config(path: str | Path | None = None, overrides: list[str] | tuple = (
             base.objective = _preset_node(preset)
         for obj in obj_layers:
             base = OmegaConf.merge(base, OmegaConf.create({"objective": obj}))
+        task_dotted = [d for d in dotted if d.split("=", 1)[0].strip().startswith("task.")]
+        dotted = [d for d in dotted if d not in task_dotted]
+        if task_dotted:
+            task = _merge_task(task, OmegaConf.to_container(OmegaConf.from_dotlist(task_dotted))["task"])
         if dotted:
             base = OmegaConf.merge(base, OmegaConf.from_dotlist(dotted))
+        base.task = task
         cfg = OmegaConf.to_object(base)
     except OmegaConfBaseException as e:
         raise _explain(e) from None
@@ -318,24 +344,90 @@ def load_config(path: str | Path | None = None, overrides: list[str] | tuple = (
         if isinstance(e, ConfigError):
             raise
         raise ConfigError(str(e)) from None
-    build_task(cfg)  # task settings are validated by the task itself, also before any compute
+    check_model(cfg)  # a bad model folder stops here, before any compute and before a run folder exists
+    _check_charset(cfg)
     return cfg
+
+
+def _check_charset(cfg: TrainConfig) -> None:
+    """A built-in architecture reads text through the character tokenizer: a task whose prompts or answers use
+    characters outside its vocabulary (a data set of word problems) would train on <unk>s. Checked on the
+    held-out set and the first training problems."""
+    if cfg.model.path:
+        return
+    from envs.tokenizer import CHARSET
+
+    task = build_task(cfg)
+    probs = list(task.eval_set())[:256] + task.prompts(cfg.effective_data_seed, 0, 64)
+    bad = sorted({ch for p in probs for ch in p.prompt + p.answer} - CHARSET)
+    if bad:
+        raise ConfigError(f"task {task.name!r} uses characters the built-in character tokenizer of "
+                          f"model.arch={cfg.model.arch} lacks ({''.join(bad[:20])!r}); give a Hugging Face model "
+                          "with its own tokenizer in model.path=...")
+
+
+def _task_key(spec: dict) -> str:
+    return json.dumps(spec, sort_keys=True, default=str)
+
+
+_TASKS: dict = {}  # resolved spec (as JSON) -> task; a data set task reads its files once per process
+
+
+def _make_task(spec: dict):
+    from envs import make_task
+
+    key = _task_key(spec)
+    if key not in _TASKS:
+        kwargs = {k: v for k, v in spec.items() if k != "name"}
+        # an empty list in a config file means "the task's default" (what `difficulty_weights: []` always meant)
+        kwargs = {k: v for k, v in kwargs.items() if not (isinstance(v, (list, tuple)) and len(v) == 0
+                                                          and k == "difficulty_weights")}
+        try:
+            _TASKS[key] = make_task(spec["name"], **kwargs)
+        except (ValueError, TypeError) as e:
+            raise ConfigError(f"task: {e}") from None
+    return _TASKS[key]
+
+
+def _resolve_task(spec: dict) -> dict:
+    from envs import task_spec
+
+    spec = {k: (OmegaConf.to_container(v) if OmegaConf.is_config(v) else v) for k, v in spec.items()}
+    task = _make_task(spec)
+    resolved = task_spec(task)
+    _TASKS.setdefault(_task_key(resolved), task)
+    return resolved
+
+
+def check_model(cfg: TrainConfig) -> dict:
+    """For ``model.path``: check the folder (config, weights present, tokenizer, vocabulary, EOS) without loading
+    its weights, and the device; returns what was found ({} for a built-in architecture). Raises ConfigError."""
+    from rollout.bundle import inspect_model_folder, resolve_device
+
+    try:
+        resolve_device(cfg.model.device)
+        return inspect_model_folder(cfg.model.path) if cfg.model.path else {}
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
+
+
+def _merge_task(task: dict, layer) -> dict:
+    """Task settings of a later layer over an earlier one. Naming another task starts from that task's defaults:
+    the earlier layer's settings belonged to the task it named (`task.name=countdown` over the default file)."""
+    if layer is None:
+        return task
+    if isinstance(layer, str):
+        layer = {"name": layer}
+    if not isinstance(layer, dict):
+        raise ConfigError(f"task must be a mapping of settings with a 'name', got {layer!r}")
+    if "name" in layer and task.get("name") not in (None, layer["name"]):
+        task = {}
+    return {**task, **layer}
 
 
 def build_task(cfg: TrainConfig):
     """The envs task a config names (raises ConfigError for invalid task settings)."""
-    from envs import make_task
-
-    t = cfg.task
-    kwargs = dict(max_digits=t.max_digits, ops=tuple(t.ops), filler_max=t.filler_max,
-                  format_reward=t.format_reward, reverse_answer=t.reverse_answer,
-                  eval_per_difficulty=t.eval_per_difficulty)
-    if t.difficulty_weights:
-        kwargs["difficulty_weights"] = tuple(t.difficulty_weights)
-    try:
-        return make_task(t.name, **kwargs)
-    except ValueError as e:
-        raise ConfigError(f"task: {e}") from None
+    return _make_task(cfg.task)
 
 
 def to_dict(cfg) -> dict:

@@ -176,12 +176,12 @@ def _run_one(cfg: TrainConfig, meta_extra: dict, threads: int) -> tuple[str, flo
 def _warm_one(cfg: TrainConfig, threads: int) -> str:
     import torch
 
-    from envs.tokenizer import build_char_tokenizer
     from experiments.config import build_task
     from experiments.train import warm_start
 
     torch.set_num_threads(threads)
-    warm_start(cfg, build_task(cfg), build_char_tokenizer())
+    if not cfg.model.path or cfg.sft.steps:  # a pretrained model without SFT has nothing to warm
+        warm_start(cfg, build_task(cfg))
     return f"seed {cfg.seed}"
 
 

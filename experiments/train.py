@@ -38,20 +38,20 @@ from algos import filters as F
 from algos import kl as KL
 from algos.advantages import group_stats
 from envs import task_spec
-from envs.tokenizer import BOS_ID, EOS_ID, PAD_ID, VOCAB_SIZE, build_char_tokenizer
-from experiments.config import ConfigError, TrainConfig, build_task, to_dict, to_yaml
+from envs.tokenizer import VOCAB_SIZE
+from experiments.config import ConfigError, TrainConfig, build_task, check_model, to_dict, to_yaml
 from experiments.metrics import reduce, rename
+from rollout.bundle import DTYPES, Codec, char_codec, fingerprint_folder, load_hf, resolve_device
 from rollout.engine import Generation, HFEngine, SamplingParams, repeat_prompts
 from rollout.models import ValueModel, build_policy, frozen_copy, n_params
 from rollout.scoring import score, score_values
-from rollout.sft import cached_warm_start, encode_prompts, sft_train
+from rollout.sft import cached_warm_start, sft_train
 
 # transformers' own per-file progress bars (save/load of a 0.5 MB checkpoint) would drown the sweep's bar
 from transformers.utils import logging as _hf_logging  # noqa: E402
 
 _hf_logging.disable_progress_bar()
 
-SPECIAL = {"bos": BOS_ID, "eos": EOS_ID, "pad": PAD_ID}
 INVALID_MARK = "\ufffd"  # prefixed to a response that held a special token; no verifier accepts it
 NONDETERMINISTIC_KEYS = ("time", "time/", "mem/")  # excluded when comparing two runs for determinism
 
@@ -65,8 +65,8 @@ def _seed_for(seed: int, step: int, stream: int) -> int:
     return (seed * 1_000_003 + step * 101 + stream) % (2**63 - 1)
 
 
-def _gen(seed: int, step: int, stream: int) -> torch.Generator:
-    return torch.Generator().manual_seed(_seed_for(seed, step, stream))
+def _gen(seed: int, step: int, stream: int, device: torch.device | str = "cpu") -> torch.Generator:
+    return torch.Generator(device=device).manual_seed(_seed_for(seed, step, stream))
 
 
 def _git_commit() -> str:
@@ -159,7 +159,7 @@ class JsonlWriter:
 class Setup:
     cfg: TrainConfig
     task: object
-    tokenizer: object
+    codec: Codec
     policy: torch.nn.Module
     reference: torch.nn.Module | None
     critic: ValueModel | None
@@ -169,6 +169,11 @@ class Setup:
     sft_info: dict = field(default_factory=dict)
     bad_ids: torch.Tensor | None = None  # token ids that make a response invalid when they occur inside it
     timers: dict = field(default_factory=lambda: defaultdict(float))  # seconds per phase, cumulative
+    device: torch.device = field(default_factory=lambda: torch.device("cpu"))
+
+    @property
+    def tokenizer(self):
+        return self.codec.tokenizer
 
 
 @contextmanager
@@ -190,15 +195,35 @@ def corrupt_digit(text: str, rng) -> str:
     return text[:i] + wrong + text[i + 1:]
 
 
-def warm_start(cfg: TrainConfig, task, tokenizer, cache_dir=None):
-    """The cached SFT start for (task, model, sft settings, seed); identical for every arm of a seed."""
-    key = {"task": task_spec(task), "arch": cfg.model.arch, "attn": cfg.model.attn, "vocab": VOCAB_SIZE,
-           "sft": to_dict(cfg.sft), "seed": cfg.seed}
-    max_pos = max(64, task.max_prompt_len() + 1 + task.max_response_len() + 8)
+def warm_start(cfg: TrainConfig, task, codec: Codec | None = None, cache_dir=None):
+    """The cached SFT start for (task, model, sft settings, seed); identical for every arm of a seed.
 
-    def build():
-        return build_policy(cfg.model.arch, VOCAB_SIZE, seed=cfg.seed, max_positions=max_pos,
-                            attn_implementation=cfg.model.attn)
+    Built-in architectures start from random weights and the character tokenizer; a pretrained ``model.path``
+    starts from its own weights (then ``sft.steps`` > 0 fine-tunes it on the task's reference answers first).
+    """
+    if cfg.model.path:
+        folder = check_model(cfg)["folder"]
+        device = resolve_device(cfg.model.device)
+        key = {"task": task_spec(task), "model_hash": fingerprint_folder(folder),
+               "dtype": cfg.model.dtype, "attn": cfg.model.attn, "sft": to_dict(cfg.sft), "seed": cfg.seed,
+               "chat_template": cfg.rollout.chat_template, "device": device.type}
+        if getattr(task, "fingerprint", None):
+            key["data"] = task.fingerprint
+
+        def build():  # fine-tuned where the run trains (a pretrained model is too big for a CPU detour)
+            return load_hf(folder, chat_template=cfg.rollout.chat_template, dtype=DTYPES[cfg.model.dtype],
+                           attn_implementation=cfg.model.attn)[0].to(device)
+    else:
+        codec = codec if isinstance(codec, Codec) else char_codec()
+        key = {"task": task_spec(task), "arch": cfg.model.arch, "attn": cfg.model.attn, "vocab": VOCAB_SIZE,
+               "sft": to_dict(cfg.sft), "seed": cfg.seed}
+        if getattr(task, "fingerprint", None):
+            key["data"] = task.fingerprint
+        max_pos = max(64, task.max_prompt_len() + 1 + task.max_response_len() + 8)
+
+        def build():
+            return build_policy(cfg.model.arch, VOCAB_SIZE, seed=cfg.seed, max_positions=max_pos,
+                                attn_implementation=cfg.model.attn)
 
     def train_fn(model):
         sft_seed = cfg.seed + 7919  # SFT prompts come from their own stream, not the RL stream
@@ -208,36 +233,66 @@ def warm_start(cfg: TrainConfig, task, tokenizer, cache_dir=None):
             targets = [task.sft_target(p, rng) for p in probs]
             if cfg.sft.noise and step >= cfg.sft.noise_start * cfg.sft.steps:
                 targets = [corrupt_digit(t, rng) if rng.random() < cfg.sft.noise else t for t in targets]
-            return [p.prompt for p in probs], targets
+            return (probs if codec.bos_id is None else [p.prompt for p in probs]), targets
 
-        losses = sft_train(model, tokenizer, batch_fn, steps=cfg.sft.steps, lr=cfg.sft.lr, seed=cfg.seed,
-                           special=SPECIAL)
+        losses = sft_train(model, codec, batch_fn, steps=cfg.sft.steps, lr=cfg.sft.lr, seed=cfg.seed,
+                           log_every=max(1, cfg.sft.steps // 10) if _warm_progress() else 0)
         return {"final_loss": losses[-1] if losses else None, "n_params": n_params(model)}
 
     return cached_warm_start(key, build, train_fn, cache_dir=cache_dir)
+
+
+def _warm_progress() -> bool:
+    return os.environ.get("OBJBENCH_QUIET", "0") == "0" and sys.stderr.isatty()
+
+
+def load_start(cfg: TrainConfig, task, cache_dir=None):
+    """(policy, codec, sft info, checkpoint folder) of a run's start policy."""
+    if cfg.model.path:
+        policy, codec = load_hf(cfg.model.path, chat_template=cfg.rollout.chat_template,
+                                dtype=DTYPES[cfg.model.dtype], attn_implementation=cfg.model.attn)
+        folder = check_model(cfg)["folder"]
+        if cfg.sft.steps:
+            if not getattr(task, "has_sft_targets", True):
+                raise ConfigError(f"sft.steps={cfg.sft.steps}: task {task.name!r} has no reference answers to "
+                                  "fine-tune on; set sft.steps=0")
+            policy, ckpt, info = warm_start(cfg, task, codec, cache_dir)
+            return policy, codec, {**info, "checkpoint": str(ckpt), "model_path": folder}, ckpt
+        return policy, codec, {"pretrained": folder}, Path(folder)
+    codec = char_codec()
+    policy, ckpt, info = warm_start(cfg, task, codec, cache_dir)
+    return policy, codec, {**info, "checkpoint": str(ckpt)}, ckpt
 
 
 def build_setup(cfg: TrainConfig, cache_dir=None) -> Setup:
     if cfg.train.threads:
         torch.set_num_threads(cfg.train.threads)
     task = build_task(cfg)
-    tokenizer = build_char_tokenizer()
-    policy, ckpt, sft_info = warm_start(cfg, task, tokenizer, cache_dir)
-    return make_setup(cfg, task, tokenizer, policy, {**sft_info, "checkpoint": str(ckpt)}, ckpt)
+    policy, codec, sft_info, ckpt = load_start(cfg, task, cache_dir)
+    return make_setup(cfg, task, codec, policy, sft_info, ckpt)
 
 
-def make_setup(cfg: TrainConfig, task, tokenizer, policy, sft_info: dict | None = None, ckpt=None) -> Setup:
+def make_setup(cfg: TrainConfig, task, codec, policy, sft_info: dict | None = None, ckpt=None) -> Setup:
     """Everything the loop needs around a start policy: reference, critic, engine, sampling settings.
 
     build_setup() calls it with the cached warm start of the configured task; benchmarks call it with a
     workload of their own (benchmarks/workload.py), so they time the very same loop.
     """
     obj = cfg.objective
-    if cfg.model.forward == "hf":
+    if not isinstance(codec, Codec):  # a bare character tokenizer (tests, benchmarks)
+        ch = char_codec()
+        codec = Codec(codec, eos_id=ch.eos_id, pad_id=ch.pad_id, bos_id=ch.bos_id)
+    device = resolve_device(cfg.model.device)
+    policy.to(device=device, dtype=DTYPES[cfg.model.dtype])
+    if cfg.model.gradient_checkpointing:
+        policy.config.use_cache = False
+        policy.gradient_checkpointing_enable()
+    if cfg.model.forward == "hf" or cfg.model.gradient_checkpointing or device.type != "cpu":
+        # the lean path is checked against transformers on CPU only; checkpointing needs the transformers forward
         policy._objbench_forward = "hf"  # read by rollout/fastlm.why_unsupported (copies below inherit it)
     needs_ref = obj.kl.placement != "none" or cfg.log.ref_kl
     reference = frozen_copy(policy) if needs_ref else None
-    critic = ValueModel(policy) if obj.adv.estimator == "gae" else None
+    critic = ValueModel(policy).to(device=device, dtype=DTYPES[cfg.model.dtype]) if obj.adv.estimator == "gae" else None
     # headroom past the longest reference answer, so length can vary (and DAPO's overlong band, max_new -
     # overlong_cache, starts beyond every correct answer)
     max_new = cfg.rollout.max_new_tokens or task.max_response_len() + 6
@@ -246,12 +301,13 @@ def make_setup(cfg: TrainConfig, task, tokenizer, policy, sft_info: dict | None 
         engine = VLLMEngine(ckpt)
     else:
         engine = HFEngine(policy)
-    sampling = SamplingParams(max_new, cfg.rollout.temperature, cfg.rollout.top_p, EOS_ID, PAD_ID)
-    eval_sampling = SamplingParams(max_new, cfg.rollout.temperature, cfg.rollout.top_p, EOS_ID, PAD_ID)
+    sampling = SamplingParams(max_new, cfg.rollout.temperature, cfg.rollout.top_p, codec.eos_id, codec.pad_id)
+    eval_sampling = SamplingParams(max_new, cfg.rollout.temperature, cfg.rollout.top_p, codec.eos_id, codec.pad_id)
     # special tokens other than <eos> inside a response make it invalid (decoding would silently drop them)
-    bad_ids = torch.tensor(sorted(set(tokenizer.all_special_ids) - {EOS_ID}), dtype=torch.long)
-    return Setup(cfg, task, tokenizer, policy, reference, critic, engine, sampling, eval_sampling,
-                 dict(sft_info or {}), bad_ids=bad_ids)
+    bad_ids = torch.tensor(sorted(set(codec.tokenizer.all_special_ids) - {codec.eos_id}), dtype=torch.long,
+                           device=device)
+    return Setup(cfg, task, codec, policy, reference, critic, engine, sampling, eval_sampling,
+                 dict(sft_info or {}), bad_ids=bad_ids, device=device)
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -273,6 +329,7 @@ class Batch:
     difficulty: torch.Tensor      # (B,) long
     texts: list
     problems: list
+    reasons: list = field(default_factory=list)  # the verifier's reason per row ("" where a task gives none)
 
     @property
     def size(self):
@@ -283,37 +340,38 @@ class Batch:
         return Batch(self.prompt_ids[rows], self.prompt_mask[rows], self.response_ids[rows],
                      self.response_mask[rows], self.old_logp[rows], self.truncated[rows], self.rewards[rows],
                      self.correct[rows], self.difficulty[rows], [self.texts[i] for i in idx],
-                     [self.problems[i] for i in idx])
+                     [self.problems[i] for i in idx], [self.reasons[i] for i in idx])
 
 
 def _pad_to(x: torch.Tensor, width: int, value) -> torch.Tensor:
     if x.shape[1] == width:
         return x
-    pad = torch.full((x.shape[0], width - x.shape[1]), value, dtype=x.dtype)
+    pad = torch.full((x.shape[0], width - x.shape[1]), value, dtype=x.dtype, device=x.device)
     return torch.cat([x, pad], 1)
 
 
 def _left_pad_to(x: torch.Tensor, width: int, value) -> torch.Tensor:
     if x.shape[1] == width:
         return x
-    pad = torch.full((x.shape[0], width - x.shape[1]), value, dtype=x.dtype)
+    pad = torch.full((x.shape[0], width - x.shape[1]), value, dtype=x.dtype, device=x.device)
     return torch.cat([pad, x], 1)
 
 
-def concat_batches(parts: list[Batch]) -> Batch:
+def concat_batches(parts: list[Batch], pad_id: int = 0) -> Batch:
     if len(parts) == 1:
         return parts[0]
     P = max(b.prompt_ids.shape[1] for b in parts)
     T = max(b.response_ids.shape[1] for b in parts)
     return Batch(
-        torch.cat([_left_pad_to(b.prompt_ids, P, PAD_ID) for b in parts]),
+        torch.cat([_left_pad_to(b.prompt_ids, P, pad_id) for b in parts]),
         torch.cat([_left_pad_to(b.prompt_mask, P, False) for b in parts]),
-        torch.cat([_pad_to(b.response_ids, T, PAD_ID) for b in parts]),
+        torch.cat([_pad_to(b.response_ids, T, pad_id) for b in parts]),
         torch.cat([_pad_to(b.response_mask, T, False) for b in parts]),
         torch.cat([_pad_to(b.old_logp, T, 0.0) for b in parts]),
         torch.cat([b.truncated for b in parts]), torch.cat([b.rewards for b in parts]),
         torch.cat([b.correct for b in parts]), torch.cat([b.difficulty for b in parts]),
-        sum((b.texts for b in parts), []), sum((b.problems for b in parts), []))
+        sum((b.texts for b in parts), []), sum((b.problems for b in parts), []),
+        sum((b.reasons for b in parts), []))
 
 
 def _concat_table(tokenizer) -> list[str] | None:
@@ -349,12 +407,12 @@ def decode_responses(tokenizer, ids: torch.Tensor) -> list[str]:
 
 def rollout(s: Setup, problems: list, group_size: int, params: SamplingParams, generator) -> Batch:
     """G completions for each problem, decoded and scored by the task's verifier."""
-    p_ids, p_mask = encode_prompts(s.tokenizer, [p.prompt for p in problems], BOS_ID, PAD_ID)
-    p_ids, p_mask = repeat_prompts(p_ids, p_mask, group_size)
+    p_ids, p_mask = s.codec.encode_prompts(problems)
+    p_ids, p_mask = repeat_prompts(p_ids.to(s.device), p_mask.to(s.device), group_size)
     with timed(s, "sample"):
         gen: Generation = s.engine.generate(p_ids, p_mask, params, generator)
     with timed(s, "reward"):
-        texts = decode_responses(s.tokenizer, gen.response_ids.masked_fill(~gen.response_mask, PAD_ID))
+        texts = decode_responses(s.tokenizer, gen.response_ids.masked_fill(~gen.response_mask, s.codec.pad_id).cpu())
         if s.bad_ids is not None and len(s.bad_ids):
             # "1<pad>2" would decode to "12": mark such responses so that every verifier rejects them
             bad = (torch.isin(gen.response_ids, s.bad_ids) & gen.response_mask).any(-1)
@@ -362,10 +420,12 @@ def rollout(s: Setup, problems: list, group_size: int, params: SamplingParams, g
                 texts = [INVALID_MARK + t if b else t for t, b in zip(texts, bad.tolist())]
         probs = [p for p in problems for _ in range(group_size)]
         results = [s.task.reward(p, t, bool(tr)) for p, t, tr in zip(probs, texts, gen.truncated.tolist())]
+    dev = s.device
     return Batch(p_ids, p_mask, gen.response_ids, gen.response_mask, gen.logp, gen.truncated,
-                 torch.tensor([r.reward for r in results], dtype=torch.float32),
-                 torch.tensor([r.correct for r in results]),
-                 torch.tensor([p.difficulty for p in probs]), texts, probs)
+                 torch.tensor([r.reward for r in results], dtype=torch.float32, device=dev),
+                 torch.tensor([r.correct for r in results], device=dev),
+                 torch.tensor([p.difficulty for p in probs], device=dev), texts, probs,
+                 [getattr(r, "reason", "") for r in results])
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -379,7 +439,7 @@ def evaluate(s: Setup, step: int) -> dict:
     problems = s.task.eval_set()
     if s.cfg.train.eval_size:
         problems = problems[: s.cfg.train.eval_size]
-    greedy = SamplingParams(s.sampling.max_new_tokens, 0.0, 1.0, EOS_ID, PAD_ID)
+    greedy = SamplingParams(s.sampling.max_new_tokens, 0.0, 1.0, s.codec.eos_id, s.codec.pad_id)
     g = rollout(s, problems, 1, greedy, None)
     row = {"eval/acc": float(g.correct.float().mean()),
            "eval/length": float(g.response_mask.sum(-1).float().mean())}
@@ -388,7 +448,7 @@ def evaluate(s: Setup, step: int) -> dict:
         if sel.any():
             row[f"eval/acc_d{d}"] = float(g.correct[sel].float().mean())
     k = s.cfg.train.eval_samples
-    smp = rollout(s, problems, k, s.eval_sampling, _gen(s.cfg.seed, step, 2))
+    smp = rollout(s, problems, k, s.eval_sampling, _gen(s.cfg.seed, step, 2, s.device))
     c = smp.correct.view(len(problems), k).sum(-1).tolist()
     for kk in sorted({1, k}):
         row[f"eval/pass@{kk}"] = _mean([pass_at_k(k, ci, kk) for ci in c])
@@ -414,7 +474,7 @@ def collect(s: Setup, step: int, state: dict) -> tuple[Batch, Batch, dict]:
     while True:
         problems = s.task.prompts(cfg.effective_data_seed, state["prompt_index"], n_prompts)
         state["prompt_index"] += n_prompts
-        b = rollout(s, problems, G, s.sampling, _gen(cfg.seed, step, 10 + rounds))
+        b = rollout(s, problems, G, s.sampling, _gen(cfg.seed, step, 10 + rounds, s.device))
         rounds += 1
         if filt.overlong_penalty:
             lengths = b.response_mask.sum(-1)
@@ -434,13 +494,13 @@ def collect(s: Setup, step: int, state: dict) -> tuple[Batch, Batch, dict]:
             n_kept += n_prompts
         if n_kept >= n_prompts or not filt.dynamic_sampling or rounds >= filt.max_rounds:
             break
-    allb = concat_batches(everything)
+    allb = concat_batches(everything, s.codec.pad_id)
     m = {"rollout/rounds": rounds, "rollout/groups_kept": n_kept}
     if G > 1:
         m["rollout/zero_var_frac"] = first_zero_var
     if not kept:
         return None, allb, m
-    train_b = concat_batches(kept)
+    train_b = concat_batches(kept, s.codec.pad_id)
     if train_b.size > n_prompts * G:  # dynamic sampling overshot: keep the first n_prompts groups
         train_b = train_b.select(torch.arange(n_prompts * G))
     return train_b, allb, m
@@ -596,12 +656,13 @@ def load_checkpoint(run_dir: Path, s: Setup, opt, critic_opt) -> dict | None:
     if not (last / "state.json").is_file():
         return None
     from safetensors.torch import load_file
-    pol = type(s.policy).from_pretrained(last / "policy")
+    pol = type(s.policy).from_pretrained(last / "policy", dtype=next(s.policy.parameters()).dtype)
     s.policy.load_state_dict(pol.state_dict())
-    opt.load_state_dict(torch.load(last / "optimizer.pt", weights_only=True))
+    opt.load_state_dict(torch.load(last / "optimizer.pt", weights_only=True, map_location=s.device))
     if s.critic is not None:
         s.critic.load_state_dict(load_file(last / "critic.safetensors"))
-        critic_opt.load_state_dict(torch.load(last / "critic_optimizer.pt", weights_only=True))
+        critic_opt.load_state_dict(torch.load(last / "critic_optimizer.pt", weights_only=True,
+                                              map_location=s.device))
     torch.set_rng_state(torch.load(last / "rng.pt", weights_only=True)["torch"])
     return json.loads((last / "state.json").read_text())
 
@@ -610,13 +671,12 @@ def load_checkpoint(run_dir: Path, s: Setup, opt, critic_opt) -> dict | None:
 # the run
 
 
-def prepare_run_dir(cfg: TrainConfig) -> tuple[Path, str]:
-    """Create or reopen the run folder. Returns (run_dir, status) with status in new|resume|done.
+def run_status(cfg: TrainConfig) -> tuple[Path, str]:
+    """(run_dir, status) with status in new|resume|done, writing nothing.
 
     A folder that holds a different resolved config is never overwritten: that is an error.
     """
     run_dir = Path(cfg.out_dir) / cfg.run_name
-    cfg_yaml = to_yaml(cfg)
     if (run_dir / "config.yaml").is_file():
         old = yaml.safe_load((run_dir / "config.yaml").read_text())
         if old != to_dict(cfg):
@@ -627,9 +687,16 @@ def prepare_run_dir(cfg: TrainConfig) -> tuple[Path, str]:
         if (run_dir / "done").exists():
             return run_dir, "done"
         return run_dir, "resume"
-    run_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / "config.yaml").write_text(cfg_yaml)
     return run_dir, "new"
+
+
+def prepare_run_dir(cfg: TrainConfig) -> tuple[Path, str]:
+    """Create or reopen the run folder. Returns (run_dir, status) with status in new|resume|done."""
+    run_dir, status = run_status(cfg)
+    if status == "new":
+        run_dir.mkdir(parents=True, exist_ok=True)
+        (run_dir / "config.yaml").write_text(to_yaml(cfg))
+    return run_dir, status
 
 
 def _diff_keys(a, b, prefix=""):
@@ -654,12 +721,15 @@ def _make_optimizers(s: Setup):
 
 def train(cfg: TrainConfig, *, progress: bool = True, cache_dir=None, meta_extra: dict | None = None) -> Path:
     """Run (or resume, or skip if finished) one training run; returns its folder."""
-    run_dir, status = prepare_run_dir(cfg)
+    check_model(cfg)
+    run_dir, status = run_status(cfg)
     if status == "done":
         if progress:
             print(f"{run_dir}: already finished (delete its 'done' file to rerun)")
         return run_dir
+    # the start policy first: a bad model, data file or warm start fails before any run folder is written
     s = build_setup(cfg, cache_dir)
+    run_dir, status = prepare_run_dir(cfg)
     s.policy.train()
     opt, critic_opt = _make_optimizers(s)
     state = load_checkpoint(run_dir, s, opt, critic_opt) if status == "resume" else None
@@ -675,6 +745,8 @@ def train(cfg: TrainConfig, *, progress: bool = True, cache_dir=None, meta_extra
             "host": socket.gethostname(), "threads": torch.get_num_threads(),
             "start": datetime.now(timezone.utc).isoformat(timespec="seconds"), "end": None,
             "resumed_from_step": state["step"] or None, "sft": s.sft_info,
+            "device": str(s.device), "dtype": cfg.model.dtype, "special_ids": s.codec.special,
+            "chat_template": s.codec.chat, "model": check_model(cfg) or {"arch": cfg.model.arch},
             "n_params": n_params(s.policy), "argv": sys.argv, **(meta_extra or {})}
     (run_dir / "meta.json").write_text(json.dumps(meta, indent=1, default=str))
 
@@ -697,8 +769,11 @@ def train(cfg: TrainConfig, *, progress: bool = True, cache_dir=None, meta_extra
             step, m = state["step"], row
             metrics_w.write(row)
             for i in range(min(cfg.train.log_samples, all_b.size)):
-                samples_w.write({"step": step, "prompt": all_b.problems[i].prompt, "response": all_b.texts[i],
-                                 "reward": float(all_b.rewards[i]), "correct": bool(all_b.correct[i])})
+                row_s = {"step": step, "prompt": all_b.problems[i].prompt, "response": all_b.texts[i],
+                         "reward": float(all_b.rewards[i]), "correct": bool(all_b.correct[i])}
+                if all_b.reasons and all_b.reasons[i]:
+                    row_s["reason"] = all_b.reasons[i]  # why the verifier judged it (unparseable / wrong / ...)
+                samples_w.write(row_s)
             if step % cfg.train.eval_every == 0 or step == steps:
                 erow = {"step": step, "tokens": state["tokens"], **evaluate(s, step)}
                 eval_w.write(erow)

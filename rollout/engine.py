@@ -106,10 +106,11 @@ class HFEngine:
         model.eval()
         B = prompt_ids.shape[0]
         T = params.max_new_tokens
-        out_ids = torch.full((B, T), params.pad_id, dtype=torch.long)
-        out_logp = torch.zeros(B, T, dtype=torch.float32)
-        out_mask = torch.zeros(B, T, dtype=torch.bool)
-        done = torch.zeros(B, dtype=torch.bool)
+        dev = prompt_ids.device
+        out_ids = torch.full((B, T), params.pad_id, dtype=torch.long, device=dev)
+        out_logp = torch.zeros(B, T, dtype=torch.float32, device=dev)
+        out_mask = torch.zeros(B, T, dtype=torch.bool, device=dev)
+        done = torch.zeros(B, dtype=torch.bool, device=dev)
         attn = prompt_mask.long()
         pos = (attn.cumsum(-1) - 1).clamp(min=0)  # left padding: positions count real tokens only
         ids = prompt_ids

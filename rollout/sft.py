@@ -16,6 +16,7 @@ import math
 import os
 import random
 import shutil
+import sys
 import time
 from pathlib import Path
 from typing import Callable
@@ -63,12 +64,24 @@ def encode_targets(tokenizer, texts: list[str], eos_id: int, pad_id: int):
     return ids, mask
 
 
-def sft_train(policy, tokenizer, batch_fn: Callable[[int, random.Random], tuple[list[str], list[str]]], *,
-              steps: int, lr: float, seed: int, special: dict, log_every: int = 0) -> list[float]:
+def sft_train(policy, codec, batch_fn: Callable[[int, random.Random], tuple[list, list[str]]], *,
+              steps: int, lr: float, seed: int, special: dict | None = None, log_every: int = 0) -> list[float]:
     """Train ``policy`` in place with teacher forcing; loss on the answer tokens and EOS only.
 
-    ``batch_fn(step, rng)`` returns (prompt texts, target texts). Returns the loss curve.
+    ``codec`` is a rollout.bundle.Codec (or a bare tokenizer together with ``special`` = its bos/eos/pad ids).
+    ``batch_fn(step, rng)`` returns (prompts: problems or texts, target texts). Returns the loss curve.
     """
+    if special is not None:  # bare tokenizer: "<bos> + prompt" and "target + <eos>"
+        tok = codec
+
+        def enc_p(prompts):
+            return encode_prompts(tok, prompts, special["bos"], special["pad"])
+
+        def enc_t(targets):
+            return encode_targets(tok, targets, special["eos"], special["pad"])
+    else:
+        enc_p, enc_t = codec.encode_prompts, codec.encode_targets
+    device = next(policy.parameters()).device
     from rollout.scoring import score  # local import keeps module import light
 
     opt = torch.optim.AdamW(policy.parameters(), lr=lr)
@@ -91,8 +104,8 @@ def sft_train(policy, tokenizer, batch_fn: Callable[[int, random.Random], tuple[
         torch.manual_seed(seed)
         for step in range(steps):
             prompts, targets = batch_fn(step, rng)
-            p_ids, p_mask = encode_prompts(tokenizer, prompts, special["bos"], special["pad"])
-            t_ids, t_mask = encode_targets(tokenizer, targets, special["eos"], special["pad"])
+            p_ids, p_mask = (x.to(device) for x in enc_p(prompts))
+            t_ids, t_mask = (x.to(device) for x in enc_t(targets))
             sc = score(policy, p_ids, p_mask, t_ids, t_mask, with_entropy=False)
             loss = -(sc.logp * t_mask).sum() / t_mask.sum()
             opt.zero_grad(set_to_none=True)
@@ -101,7 +114,7 @@ def sft_train(policy, tokenizer, batch_fn: Callable[[int, random.Random], tuple[
             sched.step()
             losses.append(float(loss.detach()))
             if log_every and (step + 1) % log_every == 0:
-                print(f"sft step {step + 1}/{steps} loss {losses[-1]:.4f}", flush=True)
+                print(f"warm start: step {step + 1}/{steps} loss {losses[-1]:.4f}", file=sys.stderr, flush=True)
     policy.eval()
     return losses
 

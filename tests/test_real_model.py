@@ -1,0 +1,144 @@
+"""A real Hugging Face model folder end to end: a small Qwen2 with a byte-level BPE tokenizer trained in memory
+and a chat template (rollout/toy_hf.py), saved with save_pretrained, loaded through AutoModelForCausalLM /
+AutoTokenizer exactly as a downloaded model would be. Nothing here uses the character tokenizer."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+
+from envs import Problem
+from experiments.cli import main
+from experiments.config import ConfigError, load_config
+from rollout.bundle import hf_codec, load_hf
+from rollout.toy_hf import CHATML, write_toy_model
+
+FAST = ["train.eval_every=2", "train.eval_samples=2", "train.log_samples=4", "rollout.completions_per_step=16",
+        "train.checkpoint_every=2"]
+
+
+@pytest.fixture(scope="session")
+def toy_model(tmp_path_factory) -> Path:
+    return write_toy_model(tmp_path_factory.mktemp("models") / "toy-qwen2")
+
+
+def _rows(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def test_tokenizer_and_ids_come_from_the_folder(toy_model):
+    model, codec = load_hf(str(toy_model))
+    tok = codec.tokenizer
+    assert type(model).__name__ == "Qwen2ForCausalLM"
+    assert codec.eos_id == tok.convert_tokens_to_ids("<|im_end|>") and codec.pad_id == tok.pad_token_id
+    assert codec.bos_id is None and codec.chat
+    assert len(tok) == model.config.vocab_size == 512
+
+
+def test_chat_template_applies_to_messages_only(toy_model):
+    _, codec = load_hf(str(toy_model))
+    chat = Problem("u", "What is 2+3?", "5", messages=(("user", "What is 2+3?"),))
+    plain = Problem("p", "2+3=", "5")
+    ids, mask = codec.encode_prompts([chat, plain])
+    texts = [codec.tokenizer.decode(r[m].tolist()) for r, m in zip(ids, mask)]
+    assert texts[0] == "<|im_start|>user\nWhat is 2+3?<|im_end|>\n<|im_start|>assistant\n"
+    assert texts[1] == "2+3="
+    assert mask[1, 0].item() is False and mask[0].all()  # left padding
+    no_chat = hf_codec(codec.tokenizer, "none")
+    ids2, mask2 = no_chat.encode_prompts([chat])
+    assert codec.tokenizer.decode(ids2[0][mask2[0]].tolist()) == "What is 2+3?"
+
+
+def test_pad_falls_back_to_eos(toy_model, tmp_path):
+    _, codec = load_hf(str(toy_model))
+    tok = codec.tokenizer
+    tok2 = type(tok).from_pretrained(toy_model)
+    tok2.pad_token = None
+    c = hf_codec(tok2)
+    assert c.pad_id == c.eos_id == tok.eos_token_id
+
+
+def test_train_on_a_model_folder(toy_model, tmp_path, monkeypatch):
+    monkeypatch.setenv("OBJBENCH_CACHE", str(tmp_path / "cache"))
+    out = tmp_path / "runs"
+    rc = main(["train", "--quiet", f"model.path={toy_model}", "task.name=arithmetic", "sft.steps=30",
+               "sft.batch_size=16", "train.steps=3", "task.eval_per_difficulty=4", f"out_dir={out}", "name=r",
+               *FAST])
+    assert rc == 0
+    run = out / "r"
+    meta = json.loads((run / "meta.json").read_text())
+    assert meta["model"]["model_type"] == "qwen2" and meta["special_ids"]["eos"] == 2
+    assert meta["sft"]["model_path"] == str(toy_model.resolve())
+    rows = _rows(run / "metrics.jsonl")
+    assert [r["step"] for r in rows] == [1, 2, 3]
+    assert all(r["rollout/tokens"] > 0 for r in rows)
+    samples = _rows(run / "samples.jsonl")
+    assert samples and all(isinstance(s["response"], str) for s in samples)
+    assert (run / "done").exists() and (run / "checkpoints" / "last" / "policy" / "config.json").is_file()
+
+
+def test_pretrained_without_sft_starts_from_the_folder_weights(toy_model, tmp_path, monkeypatch):
+    monkeypatch.setenv("OBJBENCH_CACHE", str(tmp_path / "cache"))
+    cfg = load_config(None, [f"model.path={toy_model}", "task.name=arithmetic", f"out_dir={tmp_path}"])
+    assert cfg.sft.steps == 0  # unset sft.steps resolves to 0 for a pretrained model
+    from experiments.config import build_task
+    from experiments.train import load_start
+
+    policy, codec, info, ckpt = load_start(cfg, build_task(cfg))
+    ref, _ = load_hf(str(toy_model))
+    assert info == {"pretrained": str(toy_model.resolve())}
+    for (k, a), (_, b) in zip(policy.state_dict().items(), ref.state_dict().items()):
+        assert torch.equal(a, b), k
+    assert not (tmp_path / "cache").exists()  # no warm start trained or cached
+
+
+def _bad_folder(toy_model, tmp_path, name) -> Path:
+    d = tmp_path / name
+    shutil.copytree(toy_model, d)
+    return d
+
+
+@pytest.mark.parametrize("case", ["no_tokenizer", "vocab_mismatch", "no_weights", "bad_config", "missing",
+                                  "hub_offline"])
+def test_bad_model_folder_fails_before_any_run_folder(case, toy_model, tmp_path, monkeypatch):
+    out = tmp_path / "runs"
+    if case == "no_tokenizer":
+        d = _bad_folder(toy_model, tmp_path, case)
+        for f in ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja"):
+            (d / f).unlink(missing_ok=True)
+        expect = "no tokenizer files"
+    elif case == "vocab_mismatch":
+        d = _bad_folder(toy_model, tmp_path, case)
+        c = json.loads((d / "config.json").read_text())
+        c["vocab_size"] = 100
+        (d / "config.json").write_text(json.dumps(c))
+        expect = "512 tokens but the model's embedding has 100 rows"
+    elif case == "no_weights":
+        d = _bad_folder(toy_model, tmp_path, case)
+        (d / "model.safetensors").unlink()
+        expect = "no weights"
+    elif case == "bad_config":
+        d = _bad_folder(toy_model, tmp_path, case)
+        (d / "config.json").write_text("{not json")
+        expect = "config.json is not valid JSON"
+    elif case == "missing":
+        d = tmp_path / "nowhere"
+        expect = "no such folder"
+    else:
+        monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+        d = "Qwen/Qwen2.5-0.5B-Instruct"
+        expect = "HF_HUB_OFFLINE is set"
+    with pytest.raises(ConfigError, match=expect) as e:
+        load_config(None, [f"model.path={d}", "task.name=arithmetic", f"out_dir={out}"])
+    assert str(d) in str(e.value)
+    assert main(["train", f"model.path={d}", "task.name=arithmetic", f"out_dir={out}"]) == 2
+    assert not out.exists()
+
+
+def test_built_in_arch_rejects_a_folder(toy_model):
+    with pytest.raises(ConfigError, match="model.path"):
+        load_config(None, [f"model.arch={toy_model}"])
