@@ -216,7 +216,7 @@ def warm_start(cfg: TrainConfig, task, codec: Codec | None = None, cache_dir=Non
     else:
         codec = codec if isinstance(codec, Codec) else char_codec()
         key = {"task": task_spec(task), "arch": cfg.model.arch, "attn": cfg.model.attn, "vocab": VOCAB_SIZE,
-               "sft": to_dict(cfg.sft), "seed": cfg.seed}
+               "sft": to_dict(cfg.sft), "seed": cfg.seed, "code": _warm_start_code(task)}
         if getattr(task, "fingerprint", None):
             key["data"] = task.fingerprint
         max_pos = max(64, task.max_prompt_len() + 1 + task.max_response_len() + 8)
@@ -240,6 +240,23 @@ def warm_start(cfg: TrainConfig, task, codec: Codec | None = None, cache_dir=Non
         return {"final_loss": losses[-1] if losses else None, "n_params": n_params(model)}
 
     return cached_warm_start(key, build, train_fn, cache_dir=cache_dir)
+
+
+def _warm_start_code(task) -> str:
+    """Fingerprint of the code a built-in warm start runs: the SFT loop, model construction, the forward it
+    trains through, the tokenizer, the task's module and this file's warm-start functions."""
+    import inspect
+
+    import envs.base
+    import envs.tokenizer
+    import rollout.fastlm
+    import rollout.models
+    import rollout.scoring
+    import rollout.sft
+    from rollout.sft import code_fingerprint
+
+    return code_fingerprint(rollout.sft, rollout.models, rollout.scoring, rollout.fastlm, envs.base,
+                            envs.tokenizer, inspect.getmodule(type(task)), warm_start, corrupt_digit)
 
 
 def _warm_progress() -> bool:
