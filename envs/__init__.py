@@ -1,6 +1,7 @@
 """Tasks with verifiable rewards: prompt streams, difficulty, the shared character tokenizer, verifiers.
 
     task = make_task("arithmetic", max_digits=3, ops=["+"])
+    task = make_task("dataset", path="train.jsonl", format="gsm8k", eval_path="test.jsonl")
     spec = task_spec(task)            # plain dict of every resolved setting, for a run's config.yaml
     same = make_task(**spec)          # rebuilds an equal task
 
@@ -16,6 +17,8 @@ from types import MappingProxyType
 from .arithmetic import ArithmeticConfig, ArithmeticTask
 from .base import NumericProblem, Problem, RewardResult, Task
 from .countdown import CountdownConfig, CountdownTask
+from .dataset import DatasetConfig, DatasetTask
+from .mathcheck import MathVerdict, check_answer, extract_answer
 from .safe_eval import SafeEvalLimits, SafeEvalResult, safe_eval
 from .tokenizer import (
     BOS_ID,
@@ -48,6 +51,7 @@ def register_task(name: str, config_cls: type, factory: Callable[[object], Task]
 
 register_task("arithmetic", ArithmeticConfig, ArithmeticTask)
 register_task("countdown", CountdownConfig, CountdownTask)
+register_task("dataset", DatasetConfig, DatasetTask)
 
 
 def task_names() -> tuple[str, ...]:
@@ -100,6 +104,9 @@ __all__ = [
     "ArithmeticTask",
     "CountdownConfig",
     "CountdownTask",
+    "DatasetConfig",
+    "DatasetTask",
+    "MathVerdict",
     "NumericProblem",
     "Problem",
     "RewardResult",
@@ -108,6 +115,8 @@ __all__ = [
     "TASKS",
     "Task",
     "build_char_tokenizer",
+    "check_answer",
+    "extract_answer",
     "make_task",
     "register_task",
     "safe_eval",

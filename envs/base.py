@@ -9,7 +9,8 @@ A task is a deterministic prompt stream plus a verifier. Everything the training
   seed (training draws skip held-out problems by a cheap rule, see each task).
 - `reward(problem, completion, truncated)`: a pure, bounded-time verifier of completion *text* (special tokens
   already stripped). It never executes model output and never raises on any input.
-- `sft_target(problem, rng)`: a reference completion (text only, no special tokens) that earns reward 1.0.
+- `sft_target(problem, rng)`: a reference completion (text only, no special tokens) that earns reward 1.0, when
+  `has_sft_targets` (a data set with final answers only has none).
 - `max_response_len()`: tokens (= characters) enough for the longest reference completion plus `<eos>`.
 """
 
@@ -71,12 +72,15 @@ class RewardResult:
     correct:   the answer is exactly right and the completion finished (was not truncated).
     malformed: the text does not parse as an answer (garbage, over-long, wrong type, illegal characters).
     format_ok: well-formed and finished: `not malformed and not truncated`.
+    reason:    why, in one word, for samples.jsonl ("" when a task does not say; the dataset task writes correct,
+               wrong, truncated, unparseable, too_long or timeout).
     """
 
     reward: float
     correct: bool
     format_ok: bool
     malformed: bool
+    reason: str = ""
 
 
 class Task(abc.ABC):
@@ -108,9 +112,15 @@ class Task(abc.ABC):
     def reward(self, problem: Problem, completion: str, truncated: bool = False) -> RewardResult:
         """Verify `completion` (text, special tokens stripped). Never raises, never executes the text."""
 
+    @property
+    def has_sft_targets(self) -> bool:
+        """Whether `sft_target` can give reference completions (a data set of final answers only cannot)."""
+        return True
+
     @abc.abstractmethod
     def sft_target(self, problem: Problem, rng: random.Random) -> str:
-        """A reference completion for supervised warm-up; always earns reward 1.0."""
+        """A reference completion for supervised warm-up; always earns reward 1.0. Raises ValueError when the task
+        has no SFT targets (`has_sft_targets` is False)."""
 
     @abc.abstractmethod
     def max_response_len(self) -> int:

@@ -9,8 +9,8 @@ from envs.arithmetic import ArithmeticConfig, ArithmeticTask
 
 
 def test_names():
-    assert task_names() == ("arithmetic", "countdown")
-    assert sorted(envs.TASKS) == ["arithmetic", "countdown"]
+    assert task_names() == ("arithmetic", "countdown", "dataset")
+    assert sorted(envs.TASKS) == ["arithmetic", "countdown", "dataset"]
 
 
 def test_unknown_task_lists_valid_names():
