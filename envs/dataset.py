@@ -36,8 +36,10 @@ same ground truth are dropped (counted in `n_duplicates`), before the held-out s
 Held-out set (exactly one of): `eval_path`, a second file (or hub split `eval_split`) in the same format; training
 rows whose prompt appears in it are dropped (counted in `n_overlap_dropped`) so the sets are disjoint; with
 `eval_size` > 0 a seeded sample of that many of its rows is used. Or `eval_size` rows / an `eval_fraction` of the
-rows, chosen by a permutation seeded with `split_seed` (never by the data seed). One of them is required: there is
-no silent default. The eval set is ordered round-robin over difficulties (file order within a difficulty), so every
+rows, chosen by a permutation seeded with `split_seed` (never by the data seed). With none of them set, a seeded
+10% of the rows, at most 500 (`DEFAULT_EVAL_SHARE`, `DEFAULT_EVAL_MAX`), is held out, so the plain command
+`objbench train model.path=DIR task.name=dataset task.path=FILE task.format=gsm8k` works; the run's meta.json and
+the task's `n_eval` say how many. The eval set is ordered round-robin over difficulties (file order within a difficulty), so every
 prefix of it is balanced. Paths are used as given (a relative one is relative to the working directory).
 
 Training stream: epoch e = index // n_train visits every training row once, in the order of a permutation of the
@@ -48,6 +50,7 @@ problem `index` is row perm[index % n_train]. So `problem_at` is a pure function
 from __future__ import annotations
 
 import codecs
+import hashlib
 import json
 import math
 import os
@@ -85,6 +88,10 @@ _VERL_SOURCE_COLUMN = "data_source"
 _VERL_EXTRA_COLUMN = "extra_info"
 _INT_IN_TEXT = re.compile(r"-?\d+")
 _PERMUTATION_CACHE = 4  # (seed, epoch) permutations kept per task
+
+
+DEFAULT_EVAL_SHARE = 0.1
+DEFAULT_EVAL_MAX = 500
 
 
 @dataclass(frozen=True)
@@ -187,10 +194,6 @@ class DatasetConfig:
         check_int("split_seed", self.split_seed, low=0, high=2**63 - 1)
         if self.eval_fraction > 0 and (self.eval_size > 0 or self.eval_path is not None):
             raise ValueError("eval_fraction excludes eval_size and eval_path: give one way to hold out problems")
-        if self.eval_path is None and self.eval_fraction == 0 and self.eval_size == 0:
-            raise ValueError(
-                "no held-out set: set eval_path (a held-out file), eval_size (rows) or eval_fraction (a share)"
-            )
         for field in ("system_prompt", "instruction"):
             if not isinstance(getattr(self, field), str):
                 raise ValueError(f"{field} must be a string, got {getattr(self, field)!r}")
@@ -249,7 +252,12 @@ class DatasetTask(Task):
                 raise ValueError(f"{label}: every training row's prompt is in the held-out file {eval_label}")
         else:
             n = len(rows)
-            k = cfg.eval_size if cfg.eval_size > 0 else max(1, round(cfg.eval_fraction * n))
+            if cfg.eval_size > 0:
+                k = cfg.eval_size
+            elif cfg.eval_fraction > 0:
+                k = max(1, round(cfg.eval_fraction * n))
+            else:  # nothing set: the documented default share
+                k = min(DEFAULT_EVAL_MAX, max(1, round(DEFAULT_EVAL_SHARE * n)))
             if k >= n:
                 raise ValueError(
                     f"{label}: holding out {k} of its {n} rows (eval_size={cfg.eval_size}, "
@@ -271,11 +279,17 @@ class DatasetTask(Task):
         self._max_prompt = max(_prompt_chars(r) for r in (*self._train, *self._eval))
         self._perms: OrderedDict[tuple[int, int], tuple[int, ...]] = OrderedDict()
         self._eval_cache: tuple[Problem, ...] | None = None
+        self._fingerprint: str | None = None
         if any(mathcheck.numeric_value(r.answer) is None for r in (*self._train, *self._eval)):
             mathcheck.start_worker()  # symbolic answers ahead: let the checker import while training starts
 
     def __repr__(self) -> str:
         return f"DatasetTask({self.config!r})"
+
+    @property
+    def n_eval(self) -> int:
+        """Held-out rows."""
+        return len(self._eval)
 
     @property
     def n_train(self) -> int:
@@ -285,6 +299,20 @@ class DatasetTask(Task):
     @property
     def has_sft_targets(self) -> bool:
         return self.config.format in ("gsm8k", "math")
+
+    @property
+    def fingerprint(self) -> str:
+        """sha256 of the validated rows (train and held out): what a run on this task depends on beyond its
+        settings. A changed file under the same path gets a new fingerprint, so no cache reuses stale data."""
+        if self._fingerprint is None:
+            h = hashlib.sha256()
+            for part, rows in (("train", self._train), ("eval", self._eval)):
+                h.update(part.encode())
+                for r in rows:
+                    h.update(json.dumps([r.prompt, r.messages, r.answer, r.solution, r.difficulty, r.style],
+                                        ensure_ascii=False, default=str).encode() + b"\n")
+            self._fingerprint = h.hexdigest()[:16]
+        return self._fingerprint
 
     # ----------------------------------------------------------------------------------------------- problems
 

@@ -393,6 +393,10 @@ def _resolve_task(spec: dict) -> dict:
     from envs import task_spec
 
     spec = {k: (OmegaConf.to_container(v) if OmegaConf.is_config(v) else v) for k, v in spec.items()}
+    for k in ("path", "eval_path"):  # local data files by absolute path: a resume from elsewhere finds them
+        v = spec.get(k)
+        if isinstance(v, str) and v and Path(v).expanduser().exists():
+            spec[k] = str(Path(v).expanduser().resolve())
     task = _make_task(spec)
     resolved = task_spec(task)
     _TASKS.setdefault(_task_key(resolved), task)

@@ -190,6 +190,9 @@ def test_seeded_split_is_disjoint_deterministic_and_seed_free(files):
     assert {p.prompt for p in other.eval_set()} != held
     frac = make_task("dataset", path=files["gsm8k"], eval_fraction=0.2)
     assert len(frac.eval_set()) == 8 and frac.eval_set() == a.eval_set()  # same permutation, same count
+    default = make_task("dataset", path=files["gsm8k"])  # nothing set: a seeded 10% (4 of 40 rows)
+    assert default.n_eval == 4
+    assert {p.prompt for p in default.eval_set()} <= held and default.n_train == 36
 
 
 def test_held_out_file(files, tmp_path):
@@ -385,7 +388,6 @@ def test_directory_and_hub_names(tmp_path, monkeypatch):
         ({"answer_style": "latex"}, "answer_style"),
         ({"eval_fraction": 1.0}, "eval_fraction"),
         ({"eval_fraction": 0.1, "eval_size": 3}, "eval_fraction"),
-        ({"eval_size": 0}, "no held-out set"),
         ({"eval_size": -1}, "eval_size"),
         ({"messages_column": "msgs"}, "messages_column"),
         ({"format": "columns"}, "answer_column"),

@@ -142,3 +142,126 @@ def test_bad_model_folder_fails_before_any_run_folder(case, toy_model, tmp_path,
 def test_built_in_arch_rejects_a_folder(toy_model):
     with pytest.raises(ConfigError, match="model.path"):
         load_config(None, [f"model.arch={toy_model}"])
+
+
+# ---------------------------------------------------------------------------------------------------------
+# data sets on a real model: the command a GPU user types, on CPU
+
+
+@pytest.fixture(scope="session")
+def gsm8k_file(tmp_path_factory) -> Path:
+    from envs.dataset import write_synthetic_gsm8k
+
+    path = tmp_path_factory.mktemp("data") / "gsm8k_train.jsonl"
+    write_synthetic_gsm8k(str(path), 120, seed=0)
+    return path
+
+
+SMALL = ["train.steps=2", "task.max_response_tokens=12", "rollout.completions_per_step=8", "objective.group_size=4",
+         "train.eval_every=2", "train.eval_samples=2", "train.eval_size=6", "train.log_samples=8"]
+
+
+def test_gsm8k_file_on_a_model_folder(toy_model, gsm8k_file, tmp_path, monkeypatch):
+    monkeypatch.setenv("OBJBENCH_CACHE", str(tmp_path / "cache"))
+    out = tmp_path / "runs"
+    # exactly the README's command, plus sizes that keep it short
+    rc = main(["train", "--quiet", f"model.path={toy_model}", "task.name=dataset", f"task.path={gsm8k_file}",
+               "task.format=gsm8k", "sft.steps=0", f"out_dir={out}", "name=g", *SMALL])
+    assert rc == 0
+    run = out / "g"
+    cfg = (run / "config.yaml").read_text()
+    assert f"path: {gsm8k_file.resolve()}" in cfg and "format: gsm8k" in cfg
+    meta = json.loads((run / "meta.json").read_text())
+    assert meta["sft"] == {"pretrained": str(toy_model.resolve())} and meta["chat_template"] is True
+    rows = _rows(run / "metrics.jsonl")
+    assert [r["step"] for r in rows] == [1, 2] and "reward/acc" in rows[0]
+    samples = _rows(run / "samples.jsonl")
+    reasons = {s["reason"] for s in samples}
+    assert reasons <= {"correct", "wrong", "unparseable", "truncated", "timeout", "too_long"} and reasons
+    evals = _rows(run / "eval.jsonl")
+    assert [e["step"] for e in evals] == [0, 2] and "eval/pass@1" in evals[0]
+
+
+def test_sft_on_the_data_set_solutions_then_rl(toy_model, gsm8k_file, tmp_path, monkeypatch):
+    monkeypatch.setenv("OBJBENCH_CACHE", str(tmp_path / "cache"))
+    args = ["train", "--quiet", f"model.path={toy_model}", "task.name=dataset", f"task.path={gsm8k_file}",
+            "task.format=gsm8k", "sft.steps=3", "sft.batch_size=4", "sft.noise=0", f"out_dir={tmp_path / 'runs'}",
+            *SMALL]
+    assert main([*args, "name=a"]) == 0
+    meta = json.loads((tmp_path / "runs" / "a" / "meta.json").read_text())
+    assert meta["sft"]["key"]["data"] and meta["sft"]["weights_sha256"]
+    assert main([*args, "name=b"]) == 0  # the second run reuses the cached warm start
+    assert len(list((tmp_path / "cache" / "sft").glob("*/sft.json"))) == 1
+
+
+def test_verl_parquet_with_chat_messages(toy_model, tmp_path, monkeypatch):
+    from envs.dataset import write_synthetic_verl
+    from experiments.config import build_task
+    from rollout.bundle import load_hf
+
+    monkeypatch.setenv("OBJBENCH_CACHE", str(tmp_path / "cache"))
+    data = tmp_path / "train.parquet"
+    write_synthetic_verl(str(data), 40, seed=0)
+    cfg = load_config(None, [f"model.path={toy_model}", "task.name=dataset", f"task.path={data}",
+                             "task.format=verl", f"out_dir={tmp_path}"])
+    task = build_task(cfg)
+    p = task.eval_set()[0]
+    assert p.messages
+    _, codec = load_hf(str(toy_model))
+    ids, mask = codec.encode_prompts([p])
+    text = codec.tokenizer.decode(ids[0][mask[0]].tolist())
+    assert text.startswith("<|im_start|>") and text.endswith("<|im_start|>assistant\n")
+    assert main(["train", "--quiet", f"model.path={toy_model}", "task.name=dataset", f"task.path={data}",
+                 "task.format=verl", f"out_dir={tmp_path / 'runs'}", "name=v", *SMALL]) == 0
+
+
+def test_sweep_of_two_presets_and_its_report(toy_model, gsm8k_file, tmp_path, monkeypatch):
+    import yaml
+
+    monkeypatch.setenv("OBJBENCH_CACHE", str(tmp_path / "cache"))
+    spec = {"name": "real", "seeds": [0], "out_dir": str(tmp_path / "runs"),
+            "set": {"model.path": str(toy_model), "task.name": "dataset", "task.path": str(gsm8k_file),
+                    "task.format": "gsm8k", **dict(a.split("=", 1) for a in SMALL)},
+            "arms": {"grpo": {"objective": "grpo", "objective.group_size": 4},
+                     "dr_grpo": {"objective": "dr_grpo", "objective.group_size": 4}}}
+    path = tmp_path / "real.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    assert main(["sweep", str(path), "--workers", "1"]) == 0
+    sweep_dir = tmp_path / "runs" / "real"
+    assert sorted(p.name for p in sweep_dir.iterdir() if (p / "done").exists()) == ["dr_grpo__s0", "grpo__s0"]
+    report = (sweep_dir / "report" / "report.md").read_text()
+    assert "grpo" in report and "dr_grpo" in report
+
+
+@pytest.mark.parametrize("case", ["missing_column", "empty", "wrong_type", "not_utf8", "no_marker"])
+def test_bad_data_file_fails_before_any_run_folder(case, toy_model, tmp_path):
+    data = tmp_path / "bad.jsonl"
+    if case == "missing_column":
+        data.write_text(json.dumps({"q": "1+1?", "answer": "2\n#### 2"}) + "\n")
+        expect = "question"
+    elif case == "empty":
+        data.write_text("")
+        expect = "empty|no rows"
+    elif case == "wrong_type":
+        data.write_text("".join(json.dumps({"question": ["a", "list"], "answer": "x\n#### 1"}) + "\n"
+                                for _ in range(3)))
+        expect = "question"
+    elif case == "not_utf8":
+        data.write_bytes(b'{"question": "caf\xe9", "answer": "#### 1"}\n')
+        expect = "UTF-8"
+    else:
+        data.write_text("".join(json.dumps({"question": f"q{i}", "answer": "no marker"}) + "\n" for i in range(3)))
+        expect = "####"
+    out = tmp_path / "runs"
+    with pytest.raises(ConfigError, match=expect) as e:
+        load_config(None, [f"model.path={toy_model}", "task.name=dataset", f"task.path={data}",
+                           "task.format=gsm8k", f"out_dir={out}"])
+    assert "bad.jsonl" in str(e.value)
+    assert main(["train", f"model.path={toy_model}", "task.name=dataset", f"task.path={data}",
+                 "task.format=gsm8k", f"out_dir={out}"]) == 2
+    assert not out.exists()
+
+
+def test_word_problems_need_a_real_tokenizer(gsm8k_file):
+    with pytest.raises(ConfigError, match="character tokenizer"):
+        load_config(None, ["task.name=dataset", f"task.path={gsm8k_file}", "task.format=gsm8k"])
