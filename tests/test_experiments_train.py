@@ -205,3 +205,32 @@ def test_fast_response_decoding_equals_batch_decode():
     tok = build_char_tokenizer()
     ids = torch.randint(0, len(tok), (200, 9), generator=torch.Generator().manual_seed(0))  # specials included
     assert decode_responses(tok, ids) == tok.batch_decode(ids, skip_special_tokens=True)
+
+
+def test_countdown_trains_from_the_command_line(tmp_path):
+    from experiments.cli import main
+
+    assert main(["train", "--quiet", "task.name=countdown", *FAST, f"out_dir={tmp_path}", "name=cd"]) == 0
+    cfg = (tmp_path / "cd" / "config.yaml").read_text()
+    assert "name: countdown" in cfg and "max_numbers: 4" in cfg and "max_digits" not in cfg
+    rows = _rows(tmp_path / "cd" / "metrics.jsonl")
+    assert [r["step"] for r in rows] == [1, 2, 3, 4] and all("reward/acc_d2" in r or "reward/acc_d3" in r
+                                                            for r in rows)
+
+
+def test_warm_start_does_not_depend_on_the_callers_thread_count(tmp_path):
+    import torch
+
+    from experiments.config import build_task
+    from experiments.train import warm_start
+
+    before = torch.get_num_threads()
+    cfg = load_config(None, ["sft.steps=12", "sft.batch_size=16", "train.threads=2"])
+    torch.set_num_threads(2)
+    a, _, info = warm_start(cfg, build_task(cfg), cache_dir=tmp_path / "a")
+    torch.set_num_threads(1)
+    b, _, _ = warm_start(cfg, build_task(cfg), cache_dir=tmp_path / "b")
+    torch.set_num_threads(before)
+    assert info["threads"] == 1 and len(info["weights_sha256"]) == 16
+    for (k, x), (_, y) in zip(a.state_dict().items(), b.state_dict().items()):
+        assert torch.equal(x, y), k
