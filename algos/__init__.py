@@ -1,7 +1,7 @@
 """objbench.algos: pure-torch RL objectives for language models (PPO, GRPO, Dr. GRPO, DAPO, GSPO and any mix).
 
-Tensors in, tensors out: explicit (B, T) torch.bool masks (True = valid token), no global state, no
-``.item()``; every function keeps its inputs' floating dtype (float64 works). Imports nothing else of
+Tensors in, tensors out: explicit (B, T) masks (True = valid token; torch.bool, or integer/float tensors of
+0s and 1s, converted on entry), no global state, no ``.item()``; every function keeps its inputs' floating dtype (float64 works). Imports nothing else of
 objbench.
 
 Public API

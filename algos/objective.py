@@ -10,7 +10,9 @@
 Nothing here branches on a preset or component name: components come from the registries, and the only
 branches are on config fields (KL placement, whether a coefficient is non-zero).
 
-Masks: all three take (B, T) torch.bool masks. The mask may already have whole rows removed by
+Masks: all three take (B, T) masks, True = valid token: torch.bool, or integer/float tensors holding only
+0s and 1s (Hugging Face's int64 attention masks, verl's and TRL's float masks), converted once on entry
+(``algos._checks.as_mask``; any other value, e.g. 0.5, 2 or NaN, is an error naming the argument). The mask may already have whole rows removed by
 ``algos.filters.overlong_filter``: such a row gets advantage 0 at every position, its reward still enters
 its group's mean/std (the filter removes a response from the loss, not from the baseline), and
 ``aggregate`` leaves it out of the sequence count. Advantages are constants: ``compute_advantages`` runs
@@ -29,7 +31,7 @@ from typing import Dict, Optional, Tuple
 
 import torch
 
-from algos._checks import check_float, check_group_size, check_mask, masked_mean
+from algos._checks import as_mask, check_float, check_group_size, masked_mean
 from algos.advantages import group_stats, value_loss
 from algos.aggregate import aggregate
 from algos.config import ObjectiveConfig
@@ -110,7 +112,7 @@ def compute_advantages(
     Returns:
         advantages (B, T) (0 at masked positions), returns (B, T) for gae else None, metrics.
     """
-    check_mask(mask)
+    mask = as_mask(mask)
     check_float(rewards, "rewards", shape=mask.shape[:1])
     B = mask.shape[0]
     check_group_size(cfg.group_size, B, minimum=1)
@@ -197,6 +199,7 @@ def compute_loss(
     Returns:
         (loss 0-dim, metrics); see ``METRIC_DOCS``.
     """
+    mask = as_mask(mask)  # once here: policy_loss and aggregate below then see a bool mask
     agg = cfg.loss.agg
     L = _loss_max_len(cfg, max_len)
     loss, metrics = policy_loss(
@@ -261,6 +264,7 @@ def compute_value_loss(
         max_len for seq_mean_token_sum_norm when cfg.loss.max_len is None.
     Returns: (loss, metrics).
     """
+    mask = as_mask(mask)
     loss, metrics = value_loss(
         values,
         old_values.detach(),

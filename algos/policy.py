@@ -36,7 +36,7 @@ from typing import Callable, Optional, Tuple
 
 import torch
 
-from algos._checks import check_float, check_mask, masked_max, masked_mean, masked_min
+from algos._checks import as_mask, check_float, masked_max, masked_mean, masked_min
 from algos.aggregate import aggregate
 from algos.registry import AGGREGATION_MODES, RATIO_LEVELS
 
@@ -68,12 +68,14 @@ class RatioLevel:
 
 def token_log_ratio(logp: torch.Tensor, old_logp: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """(B, T) log r_it = clamp(lp - old, -20, 20); 0 at masked positions."""
+    mask = as_mask(mask)
     diff = (logp - old_logp).masked_fill(~mask, 0.0)
     return diff.clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
 
 
 def sequence_log_ratio(logp: torch.Tensor, old_logp: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """(B,) log s_i = (1/|y_i|) sum_t m (lp - old), clamped to [-20, 20]; 0 for an empty row (GSPO)."""
+    mask = as_mask(mask)
     diff = (logp - old_logp).masked_fill(~mask, 0.0)
     n = mask.sum(-1).to(diff.dtype).clamp(min=1.0)
     return (diff.sum(-1) / n).clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
@@ -81,6 +83,7 @@ def sequence_log_ratio(logp: torch.Tensor, old_logp: torch.Tensor, mask: torch.T
 
 def sequence_token_log_ratio(logp: torch.Tensor, old_logp: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """(B, T) GSPO-token: log s_it = lp - sg(lp) + sg(log s_i) (value log s_i, gradient d lp_it)."""
+    mask = as_mask(mask)
     log_s = sequence_log_ratio(logp, old_logp, mask).detach()[:, None]  # (B, 1)
     out = logp - logp.detach() + log_s
     return out.masked_fill(~mask, 0.0)
@@ -113,7 +116,7 @@ def policy_loss(
         logp: (B, T) log pi_theta(y_t | ...) of the sampled tokens, with grad.
         old_logp: (B, T) behaviour-policy log-probs (treated as constants: detached here).
         advantages: (B,) per-sequence or (B, T) per-token advantages (constants: detached here).
-        mask: (B, T) torch.bool; inputs under ~mask may be anything, even inf/nan.
+        mask: (B, T) torch.bool (or 0/1 integer/float, converted); inputs under ~mask may be anything, even inf/nan.
         ratio: "token" | "sequence" | "sequence_token".
         eps_low: in [0, 1): lower clip bound 1 - eps_low.
         eps_high: >= 0: upper clip bound 1 + eps_high.
@@ -130,7 +133,7 @@ def policy_loss(
               KL(pi_old || pi_theta) from the behaviour samples.
         All metrics are 0 for an all-masked batch.
     """
-    check_mask(mask)
+    mask = as_mask(mask)
     check_float(logp, "logp", shape=mask.shape)
     check_float(old_logp, "old_logp", shape=mask.shape)
     check_float(advantages, "advantages")

@@ -102,7 +102,7 @@ def test_advantage_errors():
     with pytest.raises(ValueError, match="rewards"):
         algos.compute_advantages(cfg, rewards=torch.zeros(7, dtype=F64), mask=torch.ones(8, 2, dtype=torch.bool))
     with pytest.raises(ValueError, match="mask"):
-        algos.compute_advantages(cfg, rewards=torch.zeros(8, dtype=F64), mask=torch.ones(8, 2))
+        algos.compute_advantages(cfg, rewards=torch.zeros(8, dtype=F64), mask=torch.full((8, 2), 2.0))
 
 
 # ---------------------------------------------------------------------------------------------- loss
