@@ -10,20 +10,22 @@ Public API
     algos.compute_loss(cfg, *, logp, old_logp, advantages, mask, ref_logp=None, entropy=None, max_len=None)
     algos.compute_value_loss(cfg, *, values, old_values, returns, mask, max_len=None)
     algos.policy_loss(logp, old_logp, advantages, mask, ratio="token", eps_low=0.2, eps_high=0.2,
-                      dual_clip=None, agg="token_mean", max_len=None)
+                      dual_clip=None, agg="token_mean", max_len=None, surrogate="ppo_clip",
+                      eps_low_is=None, eps_high_is=0.28, tau_pos=1.0, tau_neg=1.05)
     algos.aggregate(loss_mat, mask, mode, max_len=None)          # the function (module: algos/aggregate.py)
     algos.advantages.{gae, whiten, value_loss, group_relative, rloo, group_stats}
     algos.kl.{estimate, exact_kl}; algos.entropy.token_entropy
     algos.filters.{dynamic_sampling_keep, overlong_penalty, overlong_filter}
     algos.ObjectiveConfig (+ AdvantageConfig, RatioConfig, LossConfig, KLConfig, ValueConfig, FilterConfig)
     algos.presets, algos.get_preset, algos.with_overrides, algos.config_to_dict, algos.format_config_table
-    algos.registry.{ADVANTAGE_ESTIMATORS, AGGREGATION_MODES, KL_ESTIMATORS, RATIO_LEVELS}
+    algos.surrogates.{ppo_clip, cispo, sapo}
+    algos.registry.{ADVANTAGE_ESTIMATORS, AGGREGATION_MODES, KL_ESTIMATORS, RATIO_LEVELS, SURROGATES}
 """
 
 # component modules first: importing them fills the registries that config validation reads
 from algos import registry  # noqa: I001
 from algos import aggregate as _aggregate_module  # noqa: F401
-from algos import advantages, entropy, filters, kl, policy  # noqa: F401
+from algos import advantages, entropy, filters, kl, policy, surrogates  # noqa: F401
 from algos.aggregate import aggregate  # the function shadows the submodule name on purpose
 from algos.policy import policy_loss
 from algos.config import (
@@ -50,6 +52,7 @@ __all__ = [
     "filters",
     "kl",
     "policy",
+    "surrogates",
     "registry",
     "policy_loss",
     "AdvantageConfig",

@@ -27,8 +27,9 @@ from typing import Any, Dict, Mapping, Optional
 import algos.advantages as _advantages
 import algos.aggregate  # noqa: F401  (registers aggregation modes)
 import algos.kl as _kl
-import algos.policy  # noqa: F401  (registers ratio levels)
-from algos.registry import ADVANTAGE_ESTIMATORS, AGGREGATION_MODES, KL_ESTIMATORS, RATIO_LEVELS
+import algos.policy as _policy  # registers ratio levels and (via algos.surrogates) surrogates
+from algos.registry import ADVANTAGE_ESTIMATORS, AGGREGATION_MODES, KL_ESTIMATORS, RATIO_LEVELS, SURROGATES
+from algos.surrogates import OPTION_DEFAULTS
 
 __all__ = [
     "AdvantageConfig",
@@ -130,18 +131,39 @@ class RatioConfig:
     level: str = "token"
     """importance-ratio level: token (PPO/GRPO) | sequence (GSPO) | sequence_token (GSPO-token)."""
     eps_low: float = 0.2
-    """lower clip: ratio >= 1 - eps_low; in [0, 1) (PPO 0.2)."""
+    """ppo_clip: lower clip, ratio >= 1 - eps_low; in [0, 1) (PPO 0.2)."""
     eps_high: float = 0.2
-    """upper clip: ratio <= 1 + eps_high; >= 0 (PPO 0.2; DAPO clip-higher 0.28)."""
+    """ppo_clip: upper clip, ratio <= 1 + eps_high; >= 0 (PPO 0.2; DAPO clip-higher 0.28)."""
     dual_clip: Optional[float] = None
-    """dual-clip constant c > 1 for A < 0 (Ye et al. 2020); None = off (verl's default is 3)."""
+    """ppo_clip: dual-clip constant c > 1 for A < 0 (Ye et al. 2020; verl clip_ratio_c, whose default is 3); None = off."""
+    surrogate: str = "ppo_clip"
+    """per-token surrogate: ppo_clip (every preset) | cispo (MiniMax-M1) | sapo (soft gate); see algos.surrogates."""
+    eps_low_is: Optional[float] = None
+    """cispo: IS weight >= 1 - eps_low_is, in [0, 1]; None = no lower bound (MiniMax-M1 tunes only the upper one)."""
+    eps_high_is: float = 0.28
+    """cispo: IS weight <= 1 + eps_high_is, >= 0 (MiniMax-M1 gives no value; 0.28 is Trinity-RFT's CISPO default)."""
+    tau_pos: float = 1.0
+    """sapo: gate temperature for tokens with A > 0, > 0 (verl/TRL default 1.0)."""
+    tau_neg: float = 1.05
+    """sapo: gate temperature for tokens with A <= 0, > 0 (verl/TRL default 1.05; SAPO takes tau_neg > tau_pos)."""
 
     def __post_init__(self):
         _check_types(self)
         _choice(self, "level", RATIO_LEVELS.names())
+        _choice(self, "surrogate", SURROGATES.names())
         _range(self, "eps_low", 0.0 <= self.eps_low < 1.0, "in [0, 1)")
         _range(self, "eps_high", self.eps_high >= 0.0, ">= 0")
         _range(self, "dual_clip", self.dual_clip is None or self.dual_clip > 1.0, "None or > 1")
+        _range(self, "eps_low_is", self.eps_low_is is None or 0.0 <= self.eps_low_is <= 1.0, "None or in [0, 1]")
+        _range(self, "eps_high_is", self.eps_high_is >= 0.0, ">= 0")
+        _range(self, "tau_pos", self.tau_pos > 0.0, "> 0")
+        _range(self, "tau_neg", self.tau_neg > 0.0, "> 0")
+        levels = SURROGATES.get(self.surrogate).levels
+        if self.level not in levels:
+            raise ValueError(
+                f"RatioConfig.level {self.level!r} is not accepted by RatioConfig.surrogate {self.surrogate!r}; "
+                f"it accepts {list(levels)} (see algos.surrogates)"
+            )
 
 
 @dataclass(frozen=True)

@@ -38,6 +38,7 @@ from algos.config import ObjectiveConfig
 from algos.kl import estimate
 from algos.policy import policy_loss
 from algos.registry import ADVANTAGE_ESTIMATORS
+from algos.surrogates import OPTION_DEFAULTS
 
 __all__ = ["compute_advantages", "compute_loss", "compute_value_loss", "METRIC_DOCS"]
 
@@ -52,14 +53,16 @@ METRIC_DOCS: Dict[str, str] = {
     "adv_std": "std (ddof 0) of the advantage over valid tokens",
     "adv_abs_mean": "mean |advantage| over valid tokens",
     # compute_loss (policy_loss keys first)
-    "clipfrac_low": "fraction of valid tokens (sequences for ratio 'sequence') with A < 0 and r < 1 - eps_low",
-    "clipfrac_high": "fraction of valid tokens (sequences for ratio 'sequence') with A > 0 and r > 1 + eps_high",
+    "clipfrac_low": "fraction of valid tokens (sequences for ratio 'sequence') where the surrogate's lower clip is "
+    "active: ppo_clip A < 0 and r < 1 - eps_low; cispo r < 1 - eps_low_is (weight capped); sapo 0 (no hard clip)",
+    "clipfrac_high": "fraction of valid tokens (sequences for ratio 'sequence') where the surrogate's upper clip is "
+    "active: ppo_clip A > 0 and r > 1 + eps_high; cispo r > 1 + eps_high_is (weight capped); sapo 0",
     "ratio_mean": "mean importance ratio over valid tokens (sequences for ratio 'sequence')",
     "ratio_max": "max importance ratio over valid tokens",
     "ratio_min": "min importance ratio over valid tokens",
-    "dual_clip_frac": "fraction of valid tokens where the dual clip caps the loss (0 when off)",
+    "dual_clip_frac": "fraction of valid tokens where ppo_clip's dual clip caps the loss (0 when off)",
     "approx_kl": "mean over valid tokens of k3(old -> current): e^x - 1 - x with x = old - lp",
-    "policy_loss": "the clipped policy-gradient term, aggregated",
+    "policy_loss": "the policy-gradient (surrogate) term, aggregated",
     "kl_loss": "aggregated KL estimate added to the loss (before beta; only with kl.placement 'loss')",
     "kl_ref": "mean over valid tokens of k3(current, ref), a cross-arm comparable KL to the reference",
     "entropy": "aggregated per-token entropy (when an entropy tensor is given)",
@@ -208,9 +211,8 @@ def compute_loss(
         advantages,
         mask,
         ratio=cfg.ratio.level,
-        eps_low=cfg.ratio.eps_low,
-        eps_high=cfg.ratio.eps_high,
-        dual_clip=cfg.ratio.dual_clip,
+        surrogate=cfg.ratio.surrogate,
+        **{name: getattr(cfg.ratio, name) for name in OPTION_DEFAULTS},  # the surrogate options
         agg=agg,
         max_len=L,
     )

@@ -12,7 +12,13 @@ ADVANTAGE_ESTIMATORS   ``AdvantageEstimator(compute=fn(*, seq_rewards (B,), toke
 AGGREGATION_MODES      ``fn(loss_mat (B,T), mask (B,T) bool, max_len: int|None) -> 0-dim loss``
 KL_ESTIMATORS          ``fn(logp (B,T), ref_logp (B,T), old_logp (B,T)|None) -> per-token KL (B,T)``
 RATIO_LEVELS           ``RatioLevel(log_ratio=fn(logp, old_logp, mask) -> (B,T), per_sequence: bool)``
+SURROGATES             ``Surrogate(loss=fn(*, ratio (B,T), logp (B,T), adv (B,T), mask (B,T) bool, opts: dict)
+                       -> (loss_mat (B,T), events: dict of (B,T) bool), reads: tuple, levels: tuple)``
 =====================  =====================================================================================
+
+Members that have settings declare which config fields they read (``reads``: the advantage estimators,
+the surrogates, the aggregation modes, and the KL placements in ``algos.config``), so that
+``ObjectiveConfig`` can reject a non-default value in a field that the chosen components never read.
 
 Registration happens when the family's module is imported; ``import algos`` (which any ``import
 algos.<module>`` triggers first) imports them all, so the registries are always complete.
@@ -88,4 +94,9 @@ KL_ESTIMATORS = Registry(
 )
 RATIO_LEVELS = Registry(
     "ratio level", "RatioLevel(log_ratio=fn(logp (B,T), old_logp (B,T), mask (B,T) bool) -> (B,T), per_sequence)"
+)
+SURROGATES = Registry(
+    "surrogate",
+    "Surrogate(loss=fn(*, ratio (B,T), logp (B,T), adv (B,T), mask (B,T) bool, opts: dict) -> "
+    "(loss_mat (B,T), events: dict of (B,T) bool), reads, levels)",
 )
