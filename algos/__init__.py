@@ -17,6 +17,8 @@ Public API
     algos.kl.{estimate, exact_kl}; algos.entropy.token_entropy
     algos.filters.{dynamic_sampling_keep, overlong_penalty, overlong_filter}
     algos.ObjectiveConfig (+ AdvantageConfig, RatioConfig, LossConfig, KLConfig, ValueConfig, FilterConfig)
+    algos.check_against_rollout(cfg, max_new_tokens)   # checks that need the sampler's max response length
+    algos.fields_read(cfg)                             # the fields the chosen components read, and who reads them
     algos.presets, algos.get_preset, algos.with_overrides, algos.config_to_dict, algos.format_config_table
     algos.surrogates.{ppo_clip, cispo, sapo}
     algos.registry.{ADVANTAGE_ESTIMATORS, AGGREGATION_MODES, KL_ESTIMATORS, RATIO_LEVELS, SURROGATES}
@@ -36,8 +38,10 @@ from algos.config import (
     ObjectiveConfig,
     RatioConfig,
     ValueConfig,
+    check_against_rollout,
     config_from_dict,
     config_to_dict,
+    fields_read,
     format_config_table,
     with_overrides,
 )
@@ -62,6 +66,8 @@ __all__ = [
     "ValueConfig",
     "FilterConfig",
     "ObjectiveConfig",
+    "check_against_rollout",
+    "fields_read",
     "with_overrides",
     "config_to_dict",
     "config_from_dict",

@@ -285,11 +285,17 @@ class AdvantageEstimator:
         valid token plus any per-token reward such as a KL penalty) and ``values``.
     min_group_size: the smallest group_size the estimator accepts (config validation uses it).
     needs_values: True when ``values`` must be given (a critic is needed).
+    reads: the ObjectiveConfig fields (dotted paths) the estimator reads; ``ObjectiveConfig`` rejects a
+        non-default value in an ``adv.*`` or ``value.*`` field that the chosen estimator does not read.
+    all_equal_zero: True when every member of a group whose rewards are all equal gets advantage 0 (a group
+        baseline); only such estimators have a check for ``kl.reward_zero_var_check`` to choose the rewards of.
     """
 
     compute: Callable[..., Tuple[torch.Tensor, Optional[torch.Tensor]]]
     min_group_size: int
     needs_values: bool
+    reads: Tuple[str, ...]
+    all_equal_zero: bool
 
 
 def _gae_estimator(*, seq_rewards, token_rewards, mask, values, group_size, cfg):
@@ -310,6 +316,11 @@ def _rloo_estimator(*, seq_rewards, token_rewards, mask, values, group_size, cfg
     return broadcast_to_tokens(rloo(seq_rewards, group_size), mask), None
 
 
-ADVANTAGE_ESTIMATORS.register("gae", AdvantageEstimator(_gae_estimator, min_group_size=1, needs_values=True))
-ADVANTAGE_ESTIMATORS.register("group", AdvantageEstimator(_group_estimator, min_group_size=2, needs_values=False))
-ADVANTAGE_ESTIMATORS.register("rloo", AdvantageEstimator(_rloo_estimator, min_group_size=2, needs_values=False))
+# the critic's settings (value.*) are read only where there is a critic: by the estimator that needs values
+_GAE_READS = ("adv.gamma", "adv.lam", "adv.whiten", "value.coef", "value.cliprange", "value.lr_scale")
+ADVANTAGE_ESTIMATORS.register("gae", AdvantageEstimator(
+    _gae_estimator, min_group_size=1, needs_values=True, reads=_GAE_READS, all_equal_zero=False))
+ADVANTAGE_ESTIMATORS.register("group", AdvantageEstimator(
+    _group_estimator, min_group_size=2, needs_values=False, reads=("adv.scale", "adv.eps"), all_equal_zero=True))
+ADVANTAGE_ESTIMATORS.register("rloo", AdvantageEstimator(
+    _rloo_estimator, min_group_size=2, needs_values=False, reads=(), all_equal_zero=True))

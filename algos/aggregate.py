@@ -78,6 +78,10 @@ def seq_mean_token_sum_norm(loss_mat: torch.Tensor, mask: torch.Tensor, max_len:
     return row_sum.sum() / (n_rows.clamp(min=1.0) * max_len)
 
 
+# LossConfig fields an aggregation mode reads (config validation rejects a non-default loss.max_len otherwise)
+seq_mean_token_sum_norm.reads = ("max_len",)
+
+
 def aggregate(loss_mat: torch.Tensor, mask: torch.Tensor, mode: str, max_len: Optional[int] = None) -> torch.Tensor:
     """Reduce a (B, T) per-token loss to a 0-dim tensor; see the module docstring for the modes.
 

@@ -46,7 +46,8 @@ METRIC_DOCS: Dict[str, str] = {
     # compute_advantages
     "reward_mean": "mean of the input rewards R (before any shaping)",
     "pass_rate": "fraction of responses with input reward >= 0.5",
-    "zero_var_frac": "fraction of groups whose shaped rewards are all equal (zero advantage, no signal)",
+    "zero_var_frac": "fraction of groups whose rewards, as the all-equal test sees them (shaped, or the outcome "
+    "rewards with kl.reward_zero_var_check 'outcome'), are all equal (zero advantage, no signal)",
     "kl_in_reward_mean": "mean over valid tokens of the per-token KL estimate k(old, ref) placed in the reward "
     "(before beta; 0 when off)",
     "adv_mean": "mean advantage over valid tokens",
@@ -103,6 +104,18 @@ def compute_advantages(
        Both views come from one construction: token_rewards = R_i at the last valid token - beta k_t, and
        seq_rewards = sum_t token_rewards.
     2. The estimator from ``ADVANTAGE_ESTIMATORS``; per-sequence advantages are broadcast to valid tokens.
+    3. The all-equal test with KL in the reward (``cfg.kl.reward_zero_var_check``; group baselines only, the
+       estimators with ``all_equal_zero``):
+         "shaped" (default): the estimator sees only the shaped rewards R_i - beta sum_t k_t, so a group whose
+              outcome rewards are all equal (all correct / all wrong) is *not* all-equal any more: its
+              advantages are the KL noise, and with std scaling that noise is blown up to unit size whatever
+              beta is (beta = 0.04 and 1e-4 give the same advantages). This is verl's behaviour
+              (``algorithm.use_kl_in_reward``: ``apply_kl_penalty`` subtracts beta * kl from the token-level
+              scores before ``compute_grpo_outcome_advantage`` normalises their sum per group).
+         "outcome": the test runs on the rewards as passed in (``rewards``: the outcome, plus the overlong
+              penalty if on) -- a group whose outcome rewards are all equal gets advantage 0 at every token;
+              other groups are normalised on their shaped rewards as under "shaped".
+       Without KL in the reward (or with beta = 0) both are the same thing.
 
     Args:
         cfg: ObjectiveConfig.
@@ -150,8 +163,12 @@ def compute_advantages(
     token_rewards = torch.where(is_last, R[:, None], torch.zeros_like(token_penalty)) + token_penalty
     seq_rewards = R + token_penalty.sum(-1)  # R_i - beta sum_t k_t  (B,)
 
+    # 3. which rewards the all-equal test sees (config validation allows "outcome" only with placement reward
+    # and an estimator that has the test)
+    outcome_test = cfg.kl.reward_zero_var_check == "outcome" and cfg.kl.placement == "reward"
     if cfg.group_size >= 2:
-        metrics["zero_var_frac"] = group_stats(seq_rewards, cfg.group_size).zero_var.to(R.dtype).mean()
+        zero_var = group_stats(R if outcome_test else seq_rewards, cfg.group_size).zero_var  # (n_groups,)
+        metrics["zero_var_frac"] = zero_var.to(R.dtype).mean()
     else:
         metrics["zero_var_frac"] = R.new_zeros(())
 
@@ -164,6 +181,8 @@ def compute_advantages(
         group_size=cfg.group_size,
         cfg=cfg.adv,
     )
+    if outcome_test:  # all-equal outcome groups: advantage 0 at every token, the KL noise discarded
+        advantages = advantages.masked_fill(zero_var.repeat_interleave(cfg.group_size)[:, None], 0.0)
     a_mean = masked_mean(advantages, mask)
     metrics["adv_mean"] = a_mean
     metrics["adv_std"] = masked_mean((advantages - a_mean) ** 2, mask).sqrt()

@@ -8,7 +8,7 @@ registry               member signature
 =====================  =====================================================================================
 ADVANTAGE_ESTIMATORS   ``AdvantageEstimator(compute=fn(*, seq_rewards (B,), token_rewards (B,T), mask (B,T)
                        bool, values (B,T)|None, group_size, cfg) -> (advantages (B,T), returns (B,T)|None),
-                       min_group_size: int, needs_values: bool)``
+                       min_group_size: int, needs_values: bool, reads: tuple, all_equal_zero: bool)``
 AGGREGATION_MODES      ``fn(loss_mat (B,T), mask (B,T) bool, max_len: int|None) -> 0-dim loss``
 KL_ESTIMATORS          ``fn(logp (B,T), ref_logp (B,T), old_logp (B,T)|None) -> per-token KL (B,T)``
 RATIO_LEVELS           ``RatioLevel(log_ratio=fn(logp, old_logp, mask) -> (B,T), per_sequence: bool)``
@@ -17,7 +17,8 @@ SURROGATES             ``Surrogate(loss=fn(*, ratio (B,T), logp (B,T), adv (B,T)
 =====================  =====================================================================================
 
 Members that have settings declare which config fields they read (``reads``: the advantage estimators,
-the surrogates, the aggregation modes, and the KL placements in ``algos.config``), so that
+the surrogates, an aggregation mode as a ``reads`` attribute of its function, and the KL placements in
+``algos.config.KL_PLACEMENT_READS``), so that
 ``ObjectiveConfig`` can reject a non-default value in a field that the chosen components never read.
 
 Registration happens when the family's module is imported; ``import algos`` (which any ``import
@@ -84,7 +85,8 @@ class Registry:
 ADVANTAGE_ESTIMATORS = Registry(
     "advantage estimator",
     "AdvantageEstimator(compute=fn(*, seq_rewards (B,), token_rewards (B,T), mask (B,T) bool, "
-    "values (B,T)|None, group_size, cfg) -> (advantages (B,T), returns (B,T)|None), min_group_size, needs_values)",
+    "values (B,T)|None, group_size, cfg) -> (advantages (B,T), returns (B,T)|None), min_group_size, needs_values, "
+    "reads, all_equal_zero)",
 )
 AGGREGATION_MODES = Registry(
     "aggregation mode", "fn(loss_mat (B,T), mask (B,T) bool, max_len int|None) -> 0-dim tensor"

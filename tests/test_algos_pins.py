@@ -348,3 +348,89 @@ PINS = {
         'approx_kl': '0x1.652f95a880b87p-3',
     },
 }
+
+
+# KL in the reward with a group baseline: the default all-equal test (kl.reward_zero_var_check "shaped") must stay
+# today's arithmetic. No preset combines the two, so these pins were computed separately, with the algos package
+# of commit 788f7a5 (extracted with ``git archive 788f7a5 algos``) running _run_kl_reward below.
+KL_REWARD_CASES = {
+    "grpo_kl_reward": {"kl.estimator": "k1", "kl.placement": "reward", "kl.beta": 0.04},
+    "rloo_kl_reward": {"adv.estimator": "rloo", "kl.estimator": "k2", "kl.placement": "reward", "kl.beta": 0.5},
+}
+
+
+def _run_kl_reward(name, dtype):
+    d = _data(dtype)
+    cfg = with_overrides(algos.get_preset("grpo", group_size=2), KL_REWARD_CASES[name])
+    adv, _, m = algos.compute_advantages(cfg, rewards=d["rewards"], mask=d["mask"], old_logp=d["old"],
+                                         ref_logp=d["ref"])
+    lp = d["lp"].clone().requires_grad_()
+    loss, _ = algos.compute_loss(cfg, logp=lp, old_logp=d["old"], advantages=adv, mask=d["mask"])
+    loss.backward()
+    return dict(adv=adv, loss=loss.detach(), g_lp=lp.grad, zero_var_frac=m["zero_var_frac"])
+
+
+@pytest.mark.parametrize("name", list(KL_REWARD_CASES))
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+def test_kl_in_reward_with_group_baseline_is_bit_identical(name, dtype):
+    _check(_run_kl_reward(name, getattr(torch, dtype)), PINS_KL_REWARD[f"{name}/{dtype}"], f"{name}/{dtype}")
+
+
+PINS_KL_REWARD = {
+    'grpo_kl_reward/float64': {
+        'adv': [
+            '0x1.6a09c4fc409dap-1', '0x1.6a09c4fc409dap-1', '0x1.6a09c4fc409dap-1', '-0x1.6a09c4fc409dap-1',
+            '-0x1.6a09c4fc409dap-1', '0x0.0p+0', '-0x1.6a09ba416d783p-1', '0x0.0p+0', '0x0.0p+0',
+            '0x1.6a09ba416d783p-1', '0x1.6a09ba416d783p-1', '0x1.6a09ba416d783p-1',
+        ],
+        'loss': '0x1.928ae33cbc9f0p-7',
+        'g_lp': [
+            '0x0.0p+0', '-0x1.77f0d89ff026ep-5', '-0x1.0abe217eaa7e0p-4', '0x0.0p+0', '0x1.7c99aa583fb8cp-4',
+            '0x0.0p+0', '0x1.a4a0ce047340cp-3', '0x0.0p+0', '0x0.0p+0', '-0x1.cb2cc825be3ccp-5', '0x0.0p+0',
+            '-0x1.8b372c943792fp-5',
+        ],
+        'zero_var_frac': '0x0.0p+0',
+    },
+    'grpo_kl_reward/float32': {
+        'adv': [
+            '0x1.6a09c40000000p-1', '0x1.6a09c40000000p-1', '0x1.6a09c40000000p-1', '-0x1.6a09c20000000p-1',
+            '-0x1.6a09c20000000p-1', '0x0.0p+0', '-0x1.6a09bc0000000p-1', '0x0.0p+0', '0x0.0p+0',
+            '0x1.6a09b80000000p-1', '0x1.6a09b80000000p-1', '0x1.6a09b80000000p-1',
+        ],
+        'loss': '0x1.928b000000000p-7',
+        'g_lp': [
+            '0x0.0p+0', '-0x1.77f0d80000000p-5', '-0x1.0abe220000000p-4', '0x0.0p+0', '0x1.7c99a60000000p-4',
+            '0x0.0p+0', '0x1.a4a0d00000000p-3', '0x0.0p+0', '0x0.0p+0', '-0x1.cb2cc60000000p-5', '0x0.0p+0',
+            '-0x1.8b372a0000000p-5',
+        ],
+        'zero_var_frac': '0x0.0p+0',
+    },
+    'rloo_kl_reward/float64': {
+        'adv': [
+            '0x1.f47ae147ae147p-1', '0x1.f47ae147ae147p-1', '0x1.f47ae147ae147p-1', '-0x1.f47ae147ae147p-1',
+            '-0x1.f47ae147ae147p-1', '0x0.0p+0', '-0x1.8051eb851eb84p-1', '0x0.0p+0', '0x0.0p+0',
+            '0x1.8051eb851eb86p-1', '0x1.8051eb851eb86p-1', '0x1.8051eb851eb86p-1',
+        ],
+        'loss': '0x1.da2b6662089a0p-8',
+        'g_lp': [
+            '0x0.0p+0', '-0x1.03d97757b82d3p-4', '-0x1.70be7435ad9d3p-4', '0x0.0p+0', '0x1.0711f0b528081p-3',
+            '0x0.0p+0', '0x1.be84217fee641p-3', '0x0.0p+0', '0x0.0p+0', '-0x1.e76f7157e548dp-5', '0x0.0p+0',
+            '-0x1.a38a1ac069cbep-5',
+        ],
+        'zero_var_frac': '0x0.0p+0',
+    },
+    'rloo_kl_reward/float32': {
+        'adv': [
+            '0x1.f47ae20000000p-1', '0x1.f47ae20000000p-1', '0x1.f47ae20000000p-1', '-0x1.f47ae20000000p-1',
+            '-0x1.f47ae20000000p-1', '0x0.0p+0', '-0x1.8051f00000000p-1', '0x0.0p+0', '0x0.0p+0',
+            '0x1.8051ec0000000p-1', '0x1.8051ec0000000p-1', '0x1.8051ec0000000p-1',
+        ],
+        'loss': '0x1.da2bc00000000p-8',
+        'g_lp': [
+            '0x0.0p+0', '-0x1.03d9780000000p-4', '-0x1.70be760000000p-4', '0x0.0p+0', '0x1.0711f00000000p-3',
+            '0x0.0p+0', '0x1.be84260000000p-3', '0x0.0p+0', '0x0.0p+0', '-0x1.e76f740000000p-5', '0x0.0p+0',
+            '-0x1.a38a1c0000000p-5',
+        ],
+        'zero_var_frac': '0x0.0p+0',
+    },
+}
