@@ -40,9 +40,8 @@ from typing import Any, Dict, Mapping, Optional
 import algos.advantages as _advantages
 import algos.aggregate  # noqa: F401  (registers aggregation modes)
 import algos.kl as _kl
-import algos.policy as _policy  # registers ratio levels and (via algos.surrogates) surrogates
+import algos.policy  # noqa: F401  (registers ratio levels and, via algos.surrogates, surrogates)
 from algos.registry import ADVANTAGE_ESTIMATORS, AGGREGATION_MODES, KL_ESTIMATORS, RATIO_LEVELS, SURROGATES
-from algos.surrogates import OPTION_DEFAULTS
 
 __all__ = [
     "AdvantageConfig",
