@@ -1,7 +1,7 @@
 """objbench.algos: pure-torch RL objectives for language models (PPO, GRPO, Dr. GRPO, DAPO, GSPO and any mix).
 
-Tensors in, tensors out: explicit (B, T) torch.bool masks (True = valid token), no global state, no
-``.item()``; every function keeps its inputs' floating dtype (float64 works). Imports nothing else of
+Tensors in, tensors out: explicit (B, T) masks (True = valid token; torch.bool, or integer/float tensors of
+0s and 1s, converted on entry), no global state, no ``.item()``; every function keeps its inputs' floating dtype (float64 works). Imports nothing else of
 objbench.
 
 Public API
@@ -10,20 +10,24 @@ Public API
     algos.compute_loss(cfg, *, logp, old_logp, advantages, mask, ref_logp=None, entropy=None, max_len=None)
     algos.compute_value_loss(cfg, *, values, old_values, returns, mask, max_len=None)
     algos.policy_loss(logp, old_logp, advantages, mask, ratio="token", eps_low=0.2, eps_high=0.2,
-                      dual_clip=None, agg="token_mean", max_len=None)
+                      dual_clip=None, agg="token_mean", max_len=None, surrogate="ppo_clip",
+                      eps_low_is=None, eps_high_is=0.28, tau_pos=1.0, tau_neg=1.05)
     algos.aggregate(loss_mat, mask, mode, max_len=None)          # the function (module: algos/aggregate.py)
     algos.advantages.{gae, whiten, value_loss, group_relative, rloo, group_stats}
     algos.kl.{estimate, exact_kl}; algos.entropy.token_entropy
     algos.filters.{dynamic_sampling_keep, overlong_penalty, overlong_filter}
     algos.ObjectiveConfig (+ AdvantageConfig, RatioConfig, LossConfig, KLConfig, ValueConfig, FilterConfig)
+    algos.check_against_rollout(cfg, max_new_tokens)   # checks that need the sampler's max response length
+    algos.fields_read(cfg)                             # the fields the chosen components read, and who reads them
     algos.presets, algos.get_preset, algos.with_overrides, algos.config_to_dict, algos.format_config_table
-    algos.registry.{ADVANTAGE_ESTIMATORS, AGGREGATION_MODES, KL_ESTIMATORS, RATIO_LEVELS}
+    algos.surrogates.{ppo_clip, cispo, sapo}
+    algos.registry.{ADVANTAGE_ESTIMATORS, AGGREGATION_MODES, KL_ESTIMATORS, RATIO_LEVELS, SURROGATES}
 """
 
 # component modules first: importing them fills the registries that config validation reads
 from algos import registry  # noqa: I001
 from algos import aggregate as _aggregate_module  # noqa: F401
-from algos import advantages, entropy, filters, kl, policy  # noqa: F401
+from algos import advantages, entropy, filters, kl, policy, surrogates  # noqa: F401
 from algos.aggregate import aggregate  # the function shadows the submodule name on purpose
 from algos.policy import policy_loss
 from algos.config import (
@@ -34,8 +38,10 @@ from algos.config import (
     ObjectiveConfig,
     RatioConfig,
     ValueConfig,
+    check_against_rollout,
     config_from_dict,
     config_to_dict,
+    fields_read,
     format_config_table,
     with_overrides,
 )
@@ -50,6 +56,7 @@ __all__ = [
     "filters",
     "kl",
     "policy",
+    "surrogates",
     "registry",
     "policy_loss",
     "AdvantageConfig",
@@ -59,6 +66,8 @@ __all__ = [
     "ValueConfig",
     "FilterConfig",
     "ObjectiveConfig",
+    "check_against_rollout",
+    "fields_read",
     "with_overrides",
     "config_to_dict",
     "config_from_dict",

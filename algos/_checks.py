@@ -1,12 +1,16 @@
 """Cheap input checks and masked reductions shared by the algos modules (private).
 
-Every check looks only at shapes, dtypes and Python scalars: none reads tensor data, so none forces a
-device sync. Every error is a ``ValueError`` whose message starts with the name of the offending argument.
+Every check looks only at shapes, dtypes and Python scalars -- none reads tensor data, so none forces a
+device sync -- with one exception: a mask that is not ``torch.bool`` has its values checked (see
+``as_mask``). Every error is a ``ValueError`` whose message starts with the name of the offending argument.
 
-Convention used everywhere in ``algos``: masks are ``torch.bool`` tensors, ``True`` = a valid (response)
-token. Positions where the mask is ``False`` may hold anything (padding, ``inf``, ``nan``): each public
-function replaces them with 0 *before* any arithmetic (``masked_fill``), so neither outputs nor gradients
-can see them.
+Convention used everywhere in ``algos``: inside the package masks are ``torch.bool`` tensors, ``True`` = a
+valid (response) token. The public functions also accept the masks other libraries pass around --
+Hugging Face attention masks are int64, verl and TRL pass float masks -- as long as every value is 0 or 1:
+``as_mask`` converts them once, where they enter, and everything after that sees a bool mask, so the
+results are identical to the bool mask's to the last bit. Positions where the mask is ``False`` may hold
+anything (padding, ``inf``, ``nan``): each public function replaces them with 0 *before* any arithmetic
+(``masked_fill``), so neither outputs nor gradients can see them.
 """
 
 from __future__ import annotations
@@ -16,13 +20,42 @@ from typing import Optional
 import torch
 
 
-def check_mask(mask: torch.Tensor, name: str = "mask", ndim: int = 2) -> None:
+_MAX_SHOWN = 8  # offending mask values listed in an error message
+
+
+def as_mask(mask: torch.Tensor, name: str = "mask", ndim: int = 2, shape: Optional[tuple] = None) -> torch.Tensor:
+    """``mask`` as a ``torch.bool`` tensor (True / 1 = valid token), after checking it.
+
+    - ``torch.bool``: returned as it is (no copy, no data read, no device sync);
+    - integer or floating dtypes (HF int64 attention masks, verl/TRL float masks): every value must be 0 or 1;
+      returned as ``mask != 0``. Checking the values reads the data: one device sync per call, so callers
+      that care pass bool masks (every algos function converts at its entry, so a nested call sees bool);
+    - anything else -- another dtype, a value such as 0.5, 2, -1 or NaN, the wrong number of dimensions or
+      (when ``shape`` is given) the wrong shape -- raises ``ValueError`` naming ``name`` and, for values,
+      listing the offending ones.
+    """
     if not isinstance(mask, torch.Tensor):
         raise ValueError(f"{name} must be a torch.Tensor, got {type(mask).__name__}")
-    if mask.dtype != torch.bool:
-        raise ValueError(f"{name} must have dtype torch.bool (True = valid token), got {mask.dtype}")
     if mask.dim() != ndim:
         raise ValueError(f"{name} must be {ndim}-D, got shape {tuple(mask.shape)}")
+    if shape is not None and tuple(mask.shape) != tuple(shape):
+        raise ValueError(f"{name} must have shape {tuple(shape)}, got {tuple(mask.shape)}")
+    if mask.dtype == torch.bool:
+        return mask
+    if mask.dtype.is_complex:
+        raise ValueError(f"{name} must be a bool, integer or floating tensor of 0s and 1s, got {mask.dtype}")
+    valid = (mask == 0) | (mask == 1)  # NaN compares False to both: rejected
+    if not bool(valid.all()):  # the one data-dependent check in algos (a sync), only for non-bool masks
+        bad = mask[~valid]
+        values = torch.unique(bad)
+        cast = float if mask.dtype.is_floating_point else int
+        shown = ", ".join(repr(cast(v)) for v in values[:_MAX_SHOWN])
+        more = f", ... ({values.numel()} distinct)" if values.numel() > _MAX_SHOWN else ""
+        raise ValueError(
+            f"{name} must hold only 0 and 1 (True/1 = valid token) when it is not torch.bool; got {mask.dtype} "
+            f"with {bad.numel()} of {mask.numel()} entries not 0 or 1, values: {shown}{more}"
+        )
+    return mask != 0
 
 
 def check_float(x: torch.Tensor, name: str, shape: Optional[tuple] = None, ndim: Optional[int] = None) -> None:

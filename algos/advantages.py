@@ -20,7 +20,7 @@ from typing import Callable, NamedTuple, Optional, Tuple
 
 import torch
 
-from algos._checks import check_choice, check_float, check_group_size, check_mask, masked_mean, masked_sum
+from algos._checks import as_mask, check_choice, check_float, check_group_size, masked_mean, masked_sum
 from algos.aggregate import aggregate
 from algos.registry import ADVANTAGE_ESTIMATORS
 
@@ -64,7 +64,7 @@ def gae(
     Returns:
         advantages (B, T), returns (B, T); zero at masked positions.
     """
-    check_mask(mask)
+    mask = as_mask(mask)
     check_float(token_rewards, "token_rewards", shape=mask.shape)
     check_float(values, "values", shape=mask.shape)
     if not 0.0 <= gamma <= 1.0:
@@ -96,7 +96,7 @@ def whiten(x: torch.Tensor, mask: torch.Tensor, shift_mean: bool = True, eps: fl
     var is unbiased (divides by n - 1; by 1 when n <= 1). With ``shift_mean=False`` the mean is added
     back (only the scale changes). Masked positions are 0 in the output. Shapes: (B, T) -> (B, T).
     """
-    check_mask(mask)
+    mask = as_mask(mask)
     check_float(x, "x", shape=mask.shape)
     mean = masked_mean(x, mask)
     n = mask.sum().to(x.dtype)
@@ -133,7 +133,7 @@ def value_loss(
         valid tokens where the clipped term is the larger one), ``value_mean``, ``value_explained_var``
         (1 - Var[R - V] / Var[R] over valid tokens; 0 when Var[R] = 0).
     """
-    check_mask(mask)
+    mask = as_mask(mask)
     check_float(values, "values", shape=mask.shape)
     check_float(old_values, "old_values", shape=mask.shape)
     check_float(returns, "returns", shape=mask.shape)
@@ -269,7 +269,7 @@ def group_stats(rewards: torch.Tensor, group_size: int, pass_threshold: float = 
 
 def broadcast_to_tokens(seq_values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """(B,) per-sequence values -> (B, T), the value on every valid token, 0 elsewhere."""
-    check_mask(mask)
+    mask = as_mask(mask)
     check_float(seq_values, "seq_values", shape=mask.shape[:1])
     return seq_values[:, None].expand(mask.shape).masked_fill(~mask, 0.0)
 
@@ -285,11 +285,17 @@ class AdvantageEstimator:
         valid token plus any per-token reward such as a KL penalty) and ``values``.
     min_group_size: the smallest group_size the estimator accepts (config validation uses it).
     needs_values: True when ``values`` must be given (a critic is needed).
+    reads: the ObjectiveConfig fields (dotted paths) the estimator reads; ``ObjectiveConfig`` rejects a
+        non-default value in an ``adv.*`` or ``value.*`` field that the chosen estimator does not read.
+    all_equal_zero: True when every member of a group whose rewards are all equal gets advantage 0 (a group
+        baseline); only such estimators have a check for ``kl.reward_zero_var_check`` to choose the rewards of.
     """
 
     compute: Callable[..., Tuple[torch.Tensor, Optional[torch.Tensor]]]
     min_group_size: int
     needs_values: bool
+    reads: Tuple[str, ...]
+    all_equal_zero: bool
 
 
 def _gae_estimator(*, seq_rewards, token_rewards, mask, values, group_size, cfg):
@@ -310,6 +316,11 @@ def _rloo_estimator(*, seq_rewards, token_rewards, mask, values, group_size, cfg
     return broadcast_to_tokens(rloo(seq_rewards, group_size), mask), None
 
 
-ADVANTAGE_ESTIMATORS.register("gae", AdvantageEstimator(_gae_estimator, min_group_size=1, needs_values=True))
-ADVANTAGE_ESTIMATORS.register("group", AdvantageEstimator(_group_estimator, min_group_size=2, needs_values=False))
-ADVANTAGE_ESTIMATORS.register("rloo", AdvantageEstimator(_rloo_estimator, min_group_size=2, needs_values=False))
+# the critic's settings (value.*) are read only where there is a critic: by the estimator that needs values
+_GAE_READS = ("adv.gamma", "adv.lam", "adv.whiten", "value.coef", "value.cliprange", "value.lr_scale")
+ADVANTAGE_ESTIMATORS.register("gae", AdvantageEstimator(
+    _gae_estimator, min_group_size=1, needs_values=True, reads=_GAE_READS, all_equal_zero=False))
+ADVANTAGE_ESTIMATORS.register("group", AdvantageEstimator(
+    _group_estimator, min_group_size=2, needs_values=False, reads=("adv.scale", "adv.eps"), all_equal_zero=True))
+ADVANTAGE_ESTIMATORS.register("rloo", AdvantageEstimator(
+    _rloo_estimator, min_group_size=2, needs_values=False, reads=(), all_equal_zero=True))

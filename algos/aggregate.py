@@ -31,7 +31,7 @@ from typing import Optional
 
 import torch
 
-from algos._checks import check_float, check_mask
+from algos._checks import as_mask, check_float
 from algos.registry import AGGREGATION_MODES
 
 __all__ = ["aggregate", "AGGREGATION_MODES"]
@@ -78,12 +78,17 @@ def seq_mean_token_sum_norm(loss_mat: torch.Tensor, mask: torch.Tensor, max_len:
     return row_sum.sum() / (n_rows.clamp(min=1.0) * max_len)
 
 
+# LossConfig fields an aggregation mode reads (config validation rejects a non-default loss.max_len otherwise)
+seq_mean_token_sum_norm.reads = ("max_len",)
+
+
 def aggregate(loss_mat: torch.Tensor, mask: torch.Tensor, mode: str, max_len: Optional[int] = None) -> torch.Tensor:
     """Reduce a (B, T) per-token loss to a 0-dim tensor; see the module docstring for the modes.
 
     Args:
         loss_mat: (B, T) float per-token loss; values under ``~mask`` are ignored (may be inf/nan).
-        mask: (B, T) torch.bool, True = valid token.
+        mask: (B, T) torch.bool, True = valid token (0/1 integer or float masks are converted, see
+            ``algos._checks.as_mask``).
         mode: one of ``AGGREGATION_MODES.names()``.
         max_len: the constant L of ``seq_mean_token_sum_norm`` (required there, ignored elsewhere).
 
@@ -93,7 +98,7 @@ def aggregate(loss_mat: torch.Tensor, mask: torch.Tensor, mode: str, max_len: Op
     if mode not in AGGREGATION_MODES:
         raise ValueError(f"mode must be one of {list(AGGREGATION_MODES.names())}, got {mode!r}")
     check_float(loss_mat, "loss_mat", ndim=2)
-    check_mask(mask)
+    mask = as_mask(mask)
     if mask.shape != loss_mat.shape:
         raise ValueError(f"mask must have the shape of loss_mat {tuple(loss_mat.shape)}, got {tuple(mask.shape)}")
     return AGGREGATION_MODES.get(mode)(loss_mat, mask, max_len)

@@ -10,6 +10,19 @@ invalid combinations across sub-configs are rejected in ``ObjectiveConfig.__post
 warnings. Choices of registry-backed fields come from the registries, so a newly registered component is
 a valid config value at once.
 
+Fields nothing reads are rejected. Each component declares the fields it reads (``fields_read``): the
+advantage estimator (``AdvantageEstimator.reads``; ``value.*`` belongs to the estimator that needs a
+critic), the surrogate (``Surrogate.reads``), the aggregation mode (its ``reads`` attribute), the KL
+placement (``KL_PLACEMENT_READS``) and the two DAPO switches (``filters.dynamic_sampling`` reads
+``max_rounds``; ``filters.overlong_penalty`` reads ``overlong_cache`` and ``overlong_factor``). A field
+that some choice of those components would read but the chosen ones do not must keep its default:
+otherwise, e.g., ``adv.estimator=rloo, adv.eps=5`` would run exactly like ``adv.eps=1e-6``, and a sweep
+over it would produce identical arms under different labels. Defaults always pass, so every preset and
+every config that only sets fields its components read still loads.
+
+``check_against_rollout(cfg, max_new_tokens)`` holds the checks that need the sampler's maximum response
+length, which lives outside the objective (the experiment config calls it).
+
 Helpers: ``with_overrides(cfg, {"loss.agg": "token_mean"})``, ``config_to_dict``, ``config_from_dict``,
 ``format_config_table`` (every field on its own line, so two runs can be diffed).
 
@@ -27,8 +40,8 @@ from typing import Any, Dict, Mapping, Optional
 import algos.advantages as _advantages
 import algos.aggregate  # noqa: F401  (registers aggregation modes)
 import algos.kl as _kl
-import algos.policy  # noqa: F401  (registers ratio levels)
-from algos.registry import ADVANTAGE_ESTIMATORS, AGGREGATION_MODES, KL_ESTIMATORS, RATIO_LEVELS
+import algos.policy  # noqa: F401  (registers ratio levels and, via algos.surrogates, surrogates)
+from algos.registry import ADVANTAGE_ESTIMATORS, AGGREGATION_MODES, KL_ESTIMATORS, RATIO_LEVELS, SURROGATES
 
 __all__ = [
     "AdvantageConfig",
@@ -39,13 +52,24 @@ __all__ = [
     "FilterConfig",
     "ObjectiveConfig",
     "KL_PLACEMENTS",
+    "KL_PLACEMENT_READS",
+    "ZERO_VAR_CHECKS",
+    "fields_read",
+    "check_against_rollout",
     "with_overrides",
     "config_to_dict",
     "config_from_dict",
     "format_config_table",
 ]
 
-KL_PLACEMENTS = ("none", "reward", "loss")
+# what each KL placement reads; reward_zero_var_check only matters where the KL term shapes the reward
+KL_PLACEMENT_READS = {
+    "none": (),
+    "reward": ("kl.estimator", "kl.beta", "kl.clamp", "kl.reward_zero_var_check"),
+    "loss": ("kl.estimator", "kl.beta", "kl.clamp"),
+}
+KL_PLACEMENTS = tuple(KL_PLACEMENT_READS)
+ZERO_VAR_CHECKS = ("shaped", "outcome")
 
 
 # ------------------------------------------------------------------------------------------ validation
@@ -100,6 +124,55 @@ def _range(obj, name: str, ok: bool, what: str) -> None:
         raise ValueError(f"{type(obj).__name__}.{name} must be {what}, got {getattr(obj, name)!r}")
 
 
+def _default(cls, name: str):
+    return {f.name: f for f in dataclasses.fields(cls)}[name].default
+
+
+def _get(cfg, path: str):
+    for part in path.split("."):
+        cfg = getattr(cfg, part)
+    return cfg
+
+
+# The component slots: the config field that picks a component, its candidates, and the fields each
+# candidate reads (dotted ObjectiveConfig paths). Validation only ever looks members up here, so a newly
+# registered estimator / surrogate / aggregation mode brings its own declaration.
+_SLOTS = (
+    ("adv.estimator", lambda: ADVANTAGE_ESTIMATORS.names(), lambda m: tuple(ADVANTAGE_ESTIMATORS.get(m).reads)),
+    ("ratio.surrogate", lambda: SURROGATES.names(), lambda m: tuple(f"ratio.{f}" for f in SURROGATES.get(m).reads)),
+    ("loss.agg", lambda: AGGREGATION_MODES.names(),
+     lambda m: tuple(f"loss.{f}" for f in getattr(AGGREGATION_MODES.get(m), "reads", ()))),
+    ("kl.placement", lambda: KL_PLACEMENTS, lambda m: KL_PLACEMENT_READS[m]),
+    ("filters.dynamic_sampling", lambda: (False, True), lambda m: ("filters.max_rounds",) if m else ()),
+    ("filters.overlong_penalty", lambda: (False, True),
+     lambda m: ("filters.overlong_cache", "filters.overlong_factor") if m else ()),
+)
+
+
+def _readers() -> Dict[str, list]:
+    """Every field some component could read -> [(slot, member), ...] of the members that read it."""
+    out: Dict[str, list] = {}
+    for slot, candidates, reads in _SLOTS:
+        for member in candidates():
+            for path in reads(member):
+                out.setdefault(path, []).append((slot, member))
+    return out
+
+
+def fields_read(cfg) -> Dict[str, str]:
+    """The fields the components chosen by ``cfg`` (an ObjectiveConfig) read, each -> ``"slot=member"``.
+
+    Only fields that depend on a component choice appear; the others (name, group_size, n_minibatches,
+    n_epochs, the slots themselves, loss.entropy_coef, filters.overlong_filter) are always read.
+    """
+    out: Dict[str, str] = {}
+    for slot, _, reads in _SLOTS:
+        member = _get(cfg, slot)
+        for path in reads(member):
+            out[path] = f"{slot}={member!r}"
+    return out
+
+
 # -------------------------------------------------------------------------------------------- configs
 @dataclass(frozen=True)
 class AdvantageConfig:
@@ -108,13 +181,13 @@ class AdvantageConfig:
     scale: str = "group"
     """group estimator only: divide by the group std (GRPO), the batch std (TRL "batch") or nothing (Dr. GRPO)."""
     eps: float = 1e-6
-    """group estimator only: added to the std (verl 1e-6; TRL 1e-4; OpenRLHF 1e-9)."""
+    """group estimator with scale group|batch: added to the std (verl 1e-6; TRL 1e-4; OpenRLHF 1e-9)."""
     gamma: float = 1.0
     """gae only: discount (verl default 1.0)."""
     lam: float = 1.0
     """gae only: GAE lambda (verl default 1.0; 0.95 is common)."""
     whiten: bool = True
-    """gae only: whiten advantages over the batch's valid tokens (ignored by group estimators)."""
+    """gae only: whiten advantages over the batch's valid tokens."""
 
     def __post_init__(self):
         _check_types(self)
@@ -123,6 +196,11 @@ class AdvantageConfig:
         _range(self, "eps", self.eps >= 0.0, ">= 0")
         _range(self, "gamma", 0.0 <= self.gamma <= 1.0, "in [0, 1]")
         _range(self, "lam", 0.0 <= self.lam <= 1.0, "in [0, 1]")
+        if self.scale == "none" and self.eps != _default(AdvantageConfig, "eps"):
+            raise ValueError(
+                f"AdvantageConfig.eps = {self.eps!r} is not read with AdvantageConfig.scale 'none' (there is no std "
+                f"to add it to); leave it at its default {_default(AdvantageConfig, 'eps')!r}"
+            )
 
 
 @dataclass(frozen=True)
@@ -130,18 +208,39 @@ class RatioConfig:
     level: str = "token"
     """importance-ratio level: token (PPO/GRPO) | sequence (GSPO) | sequence_token (GSPO-token)."""
     eps_low: float = 0.2
-    """lower clip: ratio >= 1 - eps_low; in [0, 1) (PPO 0.2)."""
+    """ppo_clip: lower clip, ratio >= 1 - eps_low; in [0, 1) (PPO 0.2)."""
     eps_high: float = 0.2
-    """upper clip: ratio <= 1 + eps_high; >= 0 (PPO 0.2; DAPO clip-higher 0.28)."""
+    """ppo_clip: upper clip, ratio <= 1 + eps_high; >= 0 (PPO 0.2; DAPO clip-higher 0.28)."""
     dual_clip: Optional[float] = None
-    """dual-clip constant c > 1 for A < 0 (Ye et al. 2020); None = off (verl's default is 3)."""
+    """ppo_clip: dual-clip constant c > 1 for A < 0 (Ye et al. 2020; verl clip_ratio_c, default 3); None = off."""
+    surrogate: str = "ppo_clip"
+    """per-token surrogate: ppo_clip (every preset) | cispo (MiniMax-M1) | sapo (soft gate); see algos.surrogates."""
+    eps_low_is: Optional[float] = None
+    """cispo: IS weight >= 1 - eps_low_is, in [0, 1]; None = no lower bound (MiniMax-M1 tunes only the upper one)."""
+    eps_high_is: float = 0.28
+    """cispo: IS weight <= 1 + eps_high_is, >= 0 (MiniMax-M1 gives no value; 0.28 is Trinity-RFT's CISPO default)."""
+    tau_pos: float = 1.0
+    """sapo: gate temperature for tokens with A > 0, > 0 (verl/TRL default 1.0)."""
+    tau_neg: float = 1.05
+    """sapo: gate temperature for tokens with A <= 0, > 0 (verl/TRL default 1.05; SAPO takes tau_neg > tau_pos)."""
 
     def __post_init__(self):
         _check_types(self)
         _choice(self, "level", RATIO_LEVELS.names())
+        _choice(self, "surrogate", SURROGATES.names())
         _range(self, "eps_low", 0.0 <= self.eps_low < 1.0, "in [0, 1)")
         _range(self, "eps_high", self.eps_high >= 0.0, ">= 0")
         _range(self, "dual_clip", self.dual_clip is None or self.dual_clip > 1.0, "None or > 1")
+        _range(self, "eps_low_is", self.eps_low_is is None or 0.0 <= self.eps_low_is <= 1.0, "None or in [0, 1]")
+        _range(self, "eps_high_is", self.eps_high_is >= 0.0, ">= 0")
+        _range(self, "tau_pos", self.tau_pos > 0.0, "> 0")
+        _range(self, "tau_neg", self.tau_neg > 0.0, "> 0")
+        levels = SURROGATES.get(self.surrogate).levels
+        if self.level not in levels:
+            raise ValueError(
+                f"RatioConfig.level {self.level!r} is not accepted by RatioConfig.surrogate {self.surrogate!r}; "
+                f"it accepts {list(levels)} (see algos.surrogates)"
+            )
 
 
 @dataclass(frozen=True)
@@ -169,11 +268,14 @@ class KLConfig:
     """KL coefficient (GRPO 0.04; DeepSeek-R1 0.001; DAPO, Dr. GRPO, GSPO 0)."""
     clamp: Optional[float] = None
     """clamp the per-token KL value to [-clamp, clamp]; None = off (verl clamps k3 to 10)."""
+    reward_zero_var_check: str = "shaped"
+    """placement reward: all-equal test on the shaped rewards (verl) | outcome (see compute_advantages)."""
 
     def __post_init__(self):
         _check_types(self)
         _choice(self, "estimator", KL_ESTIMATORS.names())
         _choice(self, "placement", KL_PLACEMENTS)
+        _choice(self, "reward_zero_var_check", ZERO_VAR_CHECKS)
         _range(self, "beta", self.beta >= 0.0, ">= 0")
         _range(self, "clamp", self.clamp is None or self.clamp > 0.0, "None or > 0")
         if self.placement == "none" and self.beta > 0.0:
@@ -224,6 +326,14 @@ class FilterConfig:
         _range(self, "max_rounds", self.max_rounds >= 1, ">= 1")
         _range(self, "overlong_cache", self.overlong_cache >= 0, ">= 0")
         _range(self, "overlong_factor", self.overlong_factor >= 0.0, ">= 0")
+        if self.overlong_penalty:
+            # the loop's L_max is the sampler's max_new_tokens and no response is longer, so without a soft
+            # zone (or with factor 0) the penalty is 0 for every response: the same arm as the penalty off
+            _range(self, "overlong_cache", self.overlong_cache >= 1,
+                   ">= 1 with overlong_penalty (responses never exceed L_max = max_new_tokens, so with no soft "
+                   "zone the penalty is always 0)")
+            _range(self, "overlong_factor", self.overlong_factor > 0.0,
+                   "> 0 with overlong_penalty (factor 0 makes the penalty 0 for every response)")
 
 
 @dataclass(frozen=True)
@@ -265,6 +375,55 @@ class ObjectiveConfig:
                 f"ObjectiveConfig.group_size must be >= 2 with filters.dynamic_sampling (it drops groups whose "
                 f"rewards are all equal), got {self.group_size}"
             )
+        self._reject_unread_fields()
+        check = self.kl.reward_zero_var_check
+        if check != _default(KLConfig, "reward_zero_var_check") and not est.all_equal_zero:
+            with_rule = [n for n in ADVANTAGE_ESTIMATORS.names() if ADVANTAGE_ESTIMATORS.get(n).all_equal_zero]
+            raise ValueError(
+                f"ObjectiveConfig.kl.reward_zero_var_check = {check!r} is not read by adv.estimator = "
+                f"{self.adv.estimator!r}: it has no all-equal-group rule (only {with_rule} do); leave it at its "
+                f"default {_default(KLConfig, 'reward_zero_var_check')!r}"
+            )
+
+    def _reject_unread_fields(self) -> None:
+        """A non-default value in a field that the chosen components never read is an error (module docstring)."""
+        read = fields_read(self)
+        for path, readers in _readers().items():
+            if path in read:
+                continue
+            head, _, name = path.partition(".")
+            default = _default(type(getattr(self, head)), name)
+            value = _get(self, path)
+            if value != default:
+                slot = readers[0][0]
+                members = [m for s, m in readers if s == slot]
+                raise ValueError(
+                    f"ObjectiveConfig.{path} = {value!r} is not read by {slot} = {_get(self, slot)!r} (only {slot} "
+                    f"in {members} reads it); set it back to its default {default!r} -- otherwise a sweep over "
+                    f"{path} runs identical arms under different labels"
+                )
+
+
+def check_against_rollout(cfg: ObjectiveConfig, max_new_tokens: int) -> None:
+    """Checks of the objective that need the sampler's maximum response length; ValueError naming the fields.
+
+    Call it with the *resolved* length, the one the sampler will use (experiments: ``rollout.max_new_tokens``,
+    or, when that is 0 = auto, ``task.max_response_len() + 6`` as ``experiments.train.make_setup`` computes it).
+
+    - filters.overlong_penalty: DAPO's expected length L_exp = max_new_tokens - overlong_cache must be >= 1,
+      i.e. overlong_cache < max_new_tokens (with overlong_cache = max_new_tokens every response would be
+      penalised; with more, ``filters.overlong_penalty`` itself raises at the first step).
+    """
+    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, numbers.Integral) or max_new_tokens < 1:
+        raise ValueError(f"max_new_tokens must be the resolved maximum response length, an int >= 1, got "
+                         f"{max_new_tokens!r}")
+    f = cfg.filters
+    if f.overlong_penalty and not f.overlong_cache < max_new_tokens:
+        raise ValueError(
+            f"objective.filters.overlong_cache = {f.overlong_cache} must be < rollout.max_new_tokens = "
+            f"{max_new_tokens} with filters.overlong_penalty: DAPO's soft zone is (L_exp, L_max] with "
+            f"L_max = max_new_tokens and L_exp = L_max - overlong_cache, which must be >= 1"
+        )
 
 
 # ------------------------------------------------------------------------------------------- helpers

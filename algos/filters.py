@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import torch
 
-from algos._checks import check_float, check_mask, check_group_size
+from algos._checks import as_mask, check_float, check_group_size
 
 __all__ = ["dynamic_sampling_keep", "overlong_penalty", "overlong_filter"]
 
@@ -61,12 +61,13 @@ def overlong_penalty(lengths: torch.Tensor, max_len: int, cache_len: int, factor
 def overlong_filter(mask: torch.Tensor, truncated: torch.Tensor) -> torch.Tensor:
     """DAPO overlong filtering: mask the whole loss of truncated responses.
 
-    Args: mask (B, T) torch.bool; truncated (B,) torch.bool, True = the response hit the length limit.
+    Args: mask (B, T) torch.bool (or 0/1 integer/float, see ``algos._checks.as_mask``); truncated (B,) likewise,
+    True = the response hit the length limit.
     Returns: (B, T) torch.bool, the rows of truncated responses all False. (``aggregate`` then drops those
     rows from the sequence count.)
     """
-    check_mask(mask)
-    check_mask(truncated, "truncated", ndim=1)
+    mask = as_mask(mask)
+    truncated = as_mask(truncated, "truncated", ndim=1)
     if truncated.shape[0] != mask.shape[0]:
         raise ValueError(f"truncated must have shape ({mask.shape[0]},), got {tuple(truncated.shape)}")
     return mask & ~truncated[:, None]

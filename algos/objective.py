@@ -10,7 +10,9 @@
 Nothing here branches on a preset or component name: components come from the registries, and the only
 branches are on config fields (KL placement, whether a coefficient is non-zero).
 
-Masks: all three take (B, T) torch.bool masks. The mask may already have whole rows removed by
+Masks: all three take (B, T) masks, True = valid token: torch.bool, or integer/float tensors holding only
+0s and 1s (Hugging Face's int64 attention masks, verl's and TRL's float masks), converted once on entry
+(``algos._checks.as_mask``; any other value, e.g. 0.5, 2 or NaN, is an error naming the argument). The mask may already have whole rows removed by
 ``algos.filters.overlong_filter``: such a row gets advantage 0 at every position, its reward still enters
 its group's mean/std (the filter removes a response from the loss, not from the baseline), and
 ``aggregate`` leaves it out of the sequence count. Advantages are constants: ``compute_advantages`` runs
@@ -29,13 +31,14 @@ from typing import Dict, Optional, Tuple
 
 import torch
 
-from algos._checks import check_float, check_group_size, check_mask, masked_mean
+from algos._checks import as_mask, check_float, check_group_size, masked_mean
 from algos.advantages import group_stats, value_loss
 from algos.aggregate import aggregate
 from algos.config import ObjectiveConfig
 from algos.kl import estimate
 from algos.policy import policy_loss
 from algos.registry import ADVANTAGE_ESTIMATORS
+from algos.surrogates import OPTION_DEFAULTS
 
 __all__ = ["compute_advantages", "compute_loss", "compute_value_loss", "METRIC_DOCS"]
 
@@ -43,21 +46,24 @@ METRIC_DOCS: Dict[str, str] = {
     # compute_advantages
     "reward_mean": "mean of the input rewards R (before any shaping)",
     "pass_rate": "fraction of responses with input reward >= 0.5",
-    "zero_var_frac": "fraction of groups whose shaped rewards are all equal (zero advantage, no signal)",
+    "zero_var_frac": "fraction of groups whose rewards, as the all-equal test sees them (shaped, or the outcome "
+    "rewards with kl.reward_zero_var_check 'outcome'), are all equal (zero advantage, no signal)",
     "kl_in_reward_mean": "mean over valid tokens of the per-token KL estimate k(old, ref) placed in the reward "
     "(before beta; 0 when off)",
     "adv_mean": "mean advantage over valid tokens",
     "adv_std": "std (ddof 0) of the advantage over valid tokens",
     "adv_abs_mean": "mean |advantage| over valid tokens",
     # compute_loss (policy_loss keys first)
-    "clipfrac_low": "fraction of valid tokens (sequences for ratio 'sequence') with A < 0 and r < 1 - eps_low",
-    "clipfrac_high": "fraction of valid tokens (sequences for ratio 'sequence') with A > 0 and r > 1 + eps_high",
+    "clipfrac_low": "fraction of valid tokens (sequences for ratio 'sequence') where the surrogate's lower clip is "
+    "active: ppo_clip A < 0 and r < 1 - eps_low; cispo r < 1 - eps_low_is (weight capped); sapo 0 (no hard clip)",
+    "clipfrac_high": "fraction of valid tokens (sequences for ratio 'sequence') where the surrogate's upper clip is "
+    "active: ppo_clip A > 0 and r > 1 + eps_high; cispo r > 1 + eps_high_is (weight capped); sapo 0",
     "ratio_mean": "mean importance ratio over valid tokens (sequences for ratio 'sequence')",
     "ratio_max": "max importance ratio over valid tokens",
     "ratio_min": "min importance ratio over valid tokens",
-    "dual_clip_frac": "fraction of valid tokens where the dual clip caps the loss (0 when off)",
+    "dual_clip_frac": "fraction of valid tokens where ppo_clip's dual clip caps the loss (0 when off)",
     "approx_kl": "mean over valid tokens of k3(old -> current): e^x - 1 - x with x = old - lp",
-    "policy_loss": "the clipped policy-gradient term, aggregated",
+    "policy_loss": "the policy-gradient (surrogate) term, aggregated",
     "kl_loss": "aggregated KL estimate added to the loss (before beta; only with kl.placement 'loss')",
     "kl_ref": "mean over valid tokens of k3(current, ref), a cross-arm comparable KL to the reference",
     "entropy": "aggregated per-token entropy (when an entropy tensor is given)",
@@ -98,6 +104,18 @@ def compute_advantages(
        Both views come from one construction: token_rewards = R_i at the last valid token - beta k_t, and
        seq_rewards = sum_t token_rewards.
     2. The estimator from ``ADVANTAGE_ESTIMATORS``; per-sequence advantages are broadcast to valid tokens.
+    3. The all-equal test with KL in the reward (``cfg.kl.reward_zero_var_check``; group baselines only, the
+       estimators with ``all_equal_zero``):
+         "shaped" (default): the estimator sees only the shaped rewards R_i - beta sum_t k_t, so a group whose
+              outcome rewards are all equal (all correct / all wrong) is *not* all-equal any more: its
+              advantages are the KL noise, and with std scaling that noise is blown up to unit size whatever
+              beta is (beta = 0.04 and 1e-4 give the same advantages). This is verl's behaviour
+              (``algorithm.use_kl_in_reward``: ``apply_kl_penalty`` subtracts beta * kl from the token-level
+              scores before ``compute_grpo_outcome_advantage`` normalises their sum per group).
+         "outcome": the test runs on the rewards as passed in (``rewards``: the outcome, plus the overlong
+              penalty if on) -- a group whose outcome rewards are all equal gets advantage 0 at every token;
+              other groups are normalised on their shaped rewards as under "shaped".
+       Without KL in the reward (or with beta = 0) both are the same thing.
 
     Args:
         cfg: ObjectiveConfig.
@@ -110,7 +128,7 @@ def compute_advantages(
     Returns:
         advantages (B, T) (0 at masked positions), returns (B, T) for gae else None, metrics.
     """
-    check_mask(mask)
+    mask = as_mask(mask)
     check_float(rewards, "rewards", shape=mask.shape[:1])
     B = mask.shape[0]
     check_group_size(cfg.group_size, B, minimum=1)
@@ -145,8 +163,12 @@ def compute_advantages(
     token_rewards = torch.where(is_last, R[:, None], torch.zeros_like(token_penalty)) + token_penalty
     seq_rewards = R + token_penalty.sum(-1)  # R_i - beta sum_t k_t  (B,)
 
+    # 3. which rewards the all-equal test sees (config validation allows "outcome" only with placement reward
+    # and an estimator that has the test)
+    outcome_test = cfg.kl.reward_zero_var_check == "outcome" and cfg.kl.placement == "reward"
     if cfg.group_size >= 2:
-        metrics["zero_var_frac"] = group_stats(seq_rewards, cfg.group_size).zero_var.to(R.dtype).mean()
+        zero_var = group_stats(R if outcome_test else seq_rewards, cfg.group_size).zero_var  # (n_groups,)
+        metrics["zero_var_frac"] = zero_var.to(R.dtype).mean()
     else:
         metrics["zero_var_frac"] = R.new_zeros(())
 
@@ -159,6 +181,8 @@ def compute_advantages(
         group_size=cfg.group_size,
         cfg=cfg.adv,
     )
+    if outcome_test:  # all-equal outcome groups: advantage 0 at every token, the KL noise discarded
+        advantages = advantages.masked_fill(zero_var.repeat_interleave(cfg.group_size)[:, None], 0.0)
     a_mean = masked_mean(advantages, mask)
     metrics["adv_mean"] = a_mean
     metrics["adv_std"] = masked_mean((advantages - a_mean) ** 2, mask).sqrt()
@@ -197,6 +221,7 @@ def compute_loss(
     Returns:
         (loss 0-dim, metrics); see ``METRIC_DOCS``.
     """
+    mask = as_mask(mask)  # once here: policy_loss and aggregate below then see a bool mask
     agg = cfg.loss.agg
     L = _loss_max_len(cfg, max_len)
     loss, metrics = policy_loss(
@@ -205,9 +230,8 @@ def compute_loss(
         advantages,
         mask,
         ratio=cfg.ratio.level,
-        eps_low=cfg.ratio.eps_low,
-        eps_high=cfg.ratio.eps_high,
-        dual_clip=cfg.ratio.dual_clip,
+        surrogate=cfg.ratio.surrogate,
+        **{name: getattr(cfg.ratio, name) for name in OPTION_DEFAULTS},  # the surrogate options
         agg=agg,
         max_len=L,
     )
@@ -261,6 +285,7 @@ def compute_value_loss(
         max_len for seq_mean_token_sum_norm when cfg.loss.max_len is None.
     Returns: (loss, metrics).
     """
+    mask = as_mask(mask)
     loss, metrics = value_loss(
         values,
         old_values.detach(),

@@ -1,4 +1,7 @@
-"""Importance ratios, clipping and the clipped policy-gradient loss (PPO / GRPO / DAPO / GSPO).
+"""Importance ratios and the policy-gradient loss (PPO / GRPO / DAPO / GSPO, and CISPO / SAPO surrogates).
+
+``policy_loss`` = ratio level (this module, registry ``RATIO_LEVELS``) x surrogate (``algos.surrogates``,
+registry ``SURROGATES``: ppo_clip, cispo, sapo) x aggregation (``algos.aggregate``).
 
 Ratio levels (registry ``RATIO_LEVELS``); every log-ratio is clamped to [-20, 20] as in verl/OpenRLHF,
 so exp() cannot overflow (the clamp also zeroes the gradient beyond +-20, as theirs does):
@@ -9,9 +12,9 @@ so exp() cannot overflow (the clamp also zeroes the gradient beyond +-20, as the
   sequence_token  log s_it = lp_it - sg(lp_it) + sg(log s_i)                           GSPO-token (same paper)
                   (value s_i, gradient of token t's own log-prob)
 
-Clipped surrogate (Schulman et al. 2017, arXiv 1707.06347, eq. 7), with decoupled bounds (DAPO's
-clip-higher, Yu et al. 2025, arXiv 2503.14476, sec. 3.1) and optional dual clip (Ye et al. 2020,
-arXiv 1912.09729) for A < 0:
+The default surrogate, ppo_clip (every preset): the clipped surrogate (Schulman et al. 2017, arXiv
+1707.06347, eq. 7), with decoupled bounds (DAPO's clip-higher, Yu et al. 2025, arXiv 2503.14476, sec. 3.1)
+and optional dual clip (Ye et al. 2020, arXiv 1912.09729) for A < 0:
 
   l = max(-A r, -A clip(r, 1 - eps_low, 1 + eps_high))          (= -min(r A, clip(r) A))
   l = min(-A c, l)   where A < 0, when dual_clip c is set (c > 1)
@@ -24,7 +27,8 @@ l_i = -min(s_i A_i, clip(s_i) A_i). The (B, T) matrix is then aggregated with th
   seq_mean_token_sum       -> (1/B') sum_i |y_i| l_i;
   seq_mean_token_sum_norm  -> (1/(B' L)) sum_i |y_i| l_i.
 Per-token advantages (B, T) are allowed with any level; with ``sequence`` each token then uses
--min(s_i A_it, clip(s_i) A_it).
+-min(s_i A_it, clip(s_i) A_it). The other surrogates treat the broadcast s_i the same way (see
+``algos.surrogates`` for which levels each accepts).
 A consequence of broadcasting: on-policy (all ratios 1) the sequence, sequence_token and token levels give
 the same loss and gradient under *every* aggregation mode, as long as the arms share the mode.
 """
@@ -36,9 +40,10 @@ from typing import Callable, Optional, Tuple
 
 import torch
 
-from algos._checks import check_float, check_mask, masked_max, masked_mean, masked_min
+from algos._checks import as_mask, check_float, masked_max, masked_mean, masked_min
 from algos.aggregate import aggregate
-from algos.registry import AGGREGATION_MODES, RATIO_LEVELS
+from algos.registry import AGGREGATION_MODES, RATIO_LEVELS, SURROGATES
+from algos.surrogates import OPTION_DEFAULTS
 
 __all__ = [
     "policy_loss",
@@ -48,6 +53,7 @@ __all__ = [
     "RatioLevel",
     "RATIO_LEVELS",
     "LOG_RATIO_CLAMP",
+    "check_surrogate_options",
 ]
 
 LOG_RATIO_CLAMP = 20.0
@@ -68,12 +74,14 @@ class RatioLevel:
 
 def token_log_ratio(logp: torch.Tensor, old_logp: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """(B, T) log r_it = clamp(lp - old, -20, 20); 0 at masked positions."""
+    mask = as_mask(mask)
     diff = (logp - old_logp).masked_fill(~mask, 0.0)
     return diff.clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
 
 
 def sequence_log_ratio(logp: torch.Tensor, old_logp: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """(B,) log s_i = (1/|y_i|) sum_t m (lp - old), clamped to [-20, 20]; 0 for an empty row (GSPO)."""
+    mask = as_mask(mask)
     diff = (logp - old_logp).masked_fill(~mask, 0.0)
     n = mask.sum(-1).to(diff.dtype).clamp(min=1.0)
     return (diff.sum(-1) / n).clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
@@ -81,6 +89,7 @@ def sequence_log_ratio(logp: torch.Tensor, old_logp: torch.Tensor, mask: torch.T
 
 def sequence_token_log_ratio(logp: torch.Tensor, old_logp: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """(B, T) GSPO-token: log s_it = lp - sg(lp) + sg(log s_i) (value log s_i, gradient d lp_it)."""
+    mask = as_mask(mask)
     log_s = sequence_log_ratio(logp, old_logp, mask).detach()[:, None]  # (B, 1)
     out = logp - logp.detach() + log_s
     return out.masked_fill(~mask, 0.0)
@@ -106,31 +115,45 @@ def policy_loss(
     dual_clip: Optional[float] = None,
     agg: str = "token_mean",
     max_len: Optional[int] = None,
+    surrogate: str = "ppo_clip",
+    eps_low_is: Optional[float] = None,
+    eps_high_is: float = 0.28,
+    tau_pos: float = 1.0,
+    tau_neg: float = 1.05,
 ) -> Tuple[torch.Tensor, dict]:
-    """Clipped policy-gradient loss; see the module docstring for the formulas and aggregation.
+    """Policy-gradient loss: ratio level x surrogate, aggregated; see the module docstring and
+    ``algos.surrogates`` for the formulas.
 
     Args:
         logp: (B, T) log pi_theta(y_t | ...) of the sampled tokens, with grad.
         old_logp: (B, T) behaviour-policy log-probs (treated as constants: detached here).
         advantages: (B,) per-sequence or (B, T) per-token advantages (constants: detached here).
-        mask: (B, T) torch.bool; inputs under ~mask may be anything, even inf/nan.
-        ratio: "token" | "sequence" | "sequence_token".
-        eps_low: in [0, 1): lower clip bound 1 - eps_low.
-        eps_high: >= 0: upper clip bound 1 + eps_high.
-        dual_clip: None (off, the default) or c > 1: for A < 0 the loss is capped at -A c.
+        mask: (B, T) torch.bool (or 0/1 integer/float, converted); inputs under ~mask may be anything, even inf/nan.
+        ratio: "token" | "sequence" | "sequence_token" (``RATIO_LEVELS``).
+        surrogate: "ppo_clip" (default; every preset) | "cispo" | "sapo" (``SURROGATES``).
+        eps_low, eps_high, dual_clip: ppo_clip's options. eps_low in [0, 1): lower clip bound 1 - eps_low;
+            eps_high >= 0: upper bound 1 + eps_high; dual_clip None (off) or c > 1: for A < 0 the loss is
+            capped at -A c.
+        eps_low_is, eps_high_is: cispo's options. None (no lower bound, MiniMax-M1's setting) or in [0, 1]:
+            the IS weight's lower bound 1 - eps_low_is; >= 0: its upper bound 1 + eps_high_is.
+        tau_pos, tau_neg: sapo's gate temperatures (> 0) for positive / non-positive advantages.
         agg: aggregation mode (``algos.aggregate``); max_len: its L for seq_mean_token_sum_norm.
+        An option the chosen surrogate does not read must keep its default (ValueError otherwise), so a
+        sweep over it cannot produce identical arms under different labels.
 
     Returns:
         (loss 0-dim, metrics) with detached 0-dim metrics
           clipfrac_low / clipfrac_high: fraction of valid tokens (of sequences for ratio="sequence") where
-              the clipped branch is active: A < 0 and r < 1 - eps_low / A > 0 and r > 1 + eps_high;
+              the surrogate's clip is active -- ppo_clip: A < 0 and r < 1 - eps_low / A > 0 and
+              r > 1 + eps_high; cispo: the IS weight is clipped, r < 1 - eps_low_is / r > 1 + eps_high_is;
+              sapo: 0 (no hard clip);
           ratio_mean, ratio_max, ratio_min: of r (of s_i for "sequence") over valid tokens;
-          dual_clip_frac: fraction of valid tokens where the dual clip is active (0 when off);
+          dual_clip_frac: fraction of valid tokens where the dual clip is active (0 when off or not ppo_clip);
           approx_kl: mean over valid tokens of k3 with x = old - lp, i.e. e^x - 1 - x, an estimate of
               KL(pi_old || pi_theta) from the behaviour samples.
         All metrics are 0 for an all-masked batch.
     """
-    check_mask(mask)
+    mask = as_mask(mask)
     check_float(logp, "logp", shape=mask.shape)
     check_float(old_logp, "old_logp", shape=mask.shape)
     check_float(advantages, "advantages")
@@ -141,14 +164,23 @@ def policy_loss(
         )
     if ratio not in RATIO_LEVELS:
         raise ValueError(f"ratio must be one of {list(RATIO_LEVELS.names())}, got {ratio!r}")
+    if surrogate not in SURROGATES:
+        raise ValueError(f"surrogate must be one of {list(SURROGATES.names())}, got {surrogate!r}")
     if agg not in AGGREGATION_MODES:
         raise ValueError(f"agg must be one of {list(AGGREGATION_MODES.names())}, got {agg!r}")
-    if not 0.0 <= eps_low < 1.0:
-        raise ValueError(f"eps_low must be in [0, 1), got {eps_low}")
-    if not eps_high >= 0.0:
-        raise ValueError(f"eps_high must be >= 0, got {eps_high}")
-    if dual_clip is not None and not dual_clip > 1.0:
-        raise ValueError(f"dual_clip must be None or > 1, got {dual_clip}")
+    options = dict(eps_low=eps_low, eps_high=eps_high, dual_clip=dual_clip, eps_low_is=eps_low_is,
+                   eps_high_is=eps_high_is, tau_pos=tau_pos, tau_neg=tau_neg)
+    check_surrogate_options(options)
+    sur = SURROGATES.get(surrogate)
+    if ratio not in sur.levels:
+        raise ValueError(f"ratio {ratio!r} is not accepted by surrogate {surrogate!r} (accepts {list(sur.levels)}); "
+                         f"see algos.surrogates")
+    for name, value in options.items():
+        if name not in sur.reads and value != OPTION_DEFAULTS[name]:
+            raise ValueError(
+                f"{name}={value!r} is not read by surrogate {surrogate!r} (it reads {list(sur.reads)}); leave {name} "
+                f"at its default {OPTION_DEFAULTS[name]!r}"
+            )
 
     # garbage under the mask is replaced before any arithmetic, so it reaches neither value nor gradient
     lp = logp.masked_fill(~mask, 0.0)
@@ -162,35 +194,41 @@ def policy_loss(
     log_r = level.log_ratio(lp, old, mask)  # (B, T)
     r = torch.exp(log_r)
 
-    pg_losses1 = -adv * r  # unclipped surrogate
-    pg_losses2 = -adv * torch.clamp(r, 1.0 - eps_low, 1.0 + eps_high)  # clipped surrogate
-    clip_pg_losses = torch.maximum(pg_losses1, pg_losses2)  # -min(r A, clip(r) A)
-    if dual_clip is not None:
-        pg_losses3 = -adv * dual_clip  # lower bound on the objective for A < 0
-        loss_mat = torch.where(adv < 0, torch.minimum(pg_losses3, clip_pg_losses), clip_pg_losses)
-    else:
-        loss_mat = clip_pg_losses
+    loss_mat, events = sur.loss(ratio=r, logp=lp, adv=adv, mask=mask, opts={k: options[k] for k in sur.reads})
     loss = aggregate(loss_mat, mask, agg, max_len)
 
     with torch.no_grad():
         unit = "seq_mean_token_mean" if level.per_sequence else "token_mean"
         dtype = lp.dtype
         rd = r.detach()
-        low = (adv < 0) & (rd < 1.0 - eps_low)
-        high = (adv > 0) & (rd > 1.0 + eps_high)
-        if dual_clip is not None:
-            dual_active = (adv < 0) & (pg_losses3 < clip_pg_losses.detach())
-        else:
-            dual_active = torch.zeros_like(mask)
+        none = torch.zeros_like(mask)
         x = old - lp.detach()  # log pi_old / pi_theta per token
         x = x.clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
         metrics = {
-            "clipfrac_low": aggregate(low.to(dtype), mask, unit),
-            "clipfrac_high": aggregate(high.to(dtype), mask, unit),
+            "clipfrac_low": aggregate(events.get("clip_low", none).to(dtype), mask, unit),
+            "clipfrac_high": aggregate(events.get("clip_high", none).to(dtype), mask, unit),
             "ratio_mean": aggregate(rd, mask, unit),
             "ratio_max": masked_max(rd, mask),
             "ratio_min": masked_min(rd, mask),
-            "dual_clip_frac": masked_mean(dual_active.to(dtype), mask),
+            "dual_clip_frac": masked_mean(events.get("dual_clip", none).to(dtype), mask),
             "approx_kl": masked_mean(torch.expm1(x) - x, mask),
         }
     return loss, metrics
+
+
+def check_surrogate_options(options: dict) -> None:
+    """Range checks of the surrogate options (ValueError naming the option)."""
+    eps_low, eps_high, dual_clip = options["eps_low"], options["eps_high"], options["dual_clip"]
+    if not 0.0 <= eps_low < 1.0:
+        raise ValueError(f"eps_low must be in [0, 1), got {eps_low}")
+    if not eps_high >= 0.0:
+        raise ValueError(f"eps_high must be >= 0, got {eps_high}")
+    if dual_clip is not None and not dual_clip > 1.0:
+        raise ValueError(f"dual_clip must be None or > 1, got {dual_clip}")
+    if options["eps_low_is"] is not None and not 0.0 <= options["eps_low_is"] <= 1.0:
+        raise ValueError(f"eps_low_is must be None or in [0, 1], got {options['eps_low_is']}")
+    if not options["eps_high_is"] >= 0.0:
+        raise ValueError(f"eps_high_is must be >= 0, got {options['eps_high_is']}")
+    for name in ("tau_pos", "tau_neg"):
+        if not options[name] > 0.0:
+            raise ValueError(f"{name} must be > 0, got {options[name]}")

@@ -8,11 +8,18 @@ registry               member signature
 =====================  =====================================================================================
 ADVANTAGE_ESTIMATORS   ``AdvantageEstimator(compute=fn(*, seq_rewards (B,), token_rewards (B,T), mask (B,T)
                        bool, values (B,T)|None, group_size, cfg) -> (advantages (B,T), returns (B,T)|None),
-                       min_group_size: int, needs_values: bool)``
+                       min_group_size: int, needs_values: bool, reads: tuple, all_equal_zero: bool)``
 AGGREGATION_MODES      ``fn(loss_mat (B,T), mask (B,T) bool, max_len: int|None) -> 0-dim loss``
 KL_ESTIMATORS          ``fn(logp (B,T), ref_logp (B,T), old_logp (B,T)|None) -> per-token KL (B,T)``
 RATIO_LEVELS           ``RatioLevel(log_ratio=fn(logp, old_logp, mask) -> (B,T), per_sequence: bool)``
+SURROGATES             ``Surrogate(loss=fn(*, ratio (B,T), logp (B,T), adv (B,T), mask (B,T) bool, opts: dict)
+                       -> (loss_mat (B,T), events: dict of (B,T) bool), reads: tuple, levels: tuple)``
 =====================  =====================================================================================
+
+Members that have settings declare which config fields they read (``reads``: the advantage estimators,
+the surrogates, an aggregation mode as a ``reads`` attribute of its function, and the KL placements in
+``algos.config.KL_PLACEMENT_READS``), so that
+``ObjectiveConfig`` can reject a non-default value in a field that the chosen components never read.
 
 Registration happens when the family's module is imported; ``import algos`` (which any ``import
 algos.<module>`` triggers first) imports them all, so the registries are always complete.
@@ -78,7 +85,8 @@ class Registry:
 ADVANTAGE_ESTIMATORS = Registry(
     "advantage estimator",
     "AdvantageEstimator(compute=fn(*, seq_rewards (B,), token_rewards (B,T), mask (B,T) bool, "
-    "values (B,T)|None, group_size, cfg) -> (advantages (B,T), returns (B,T)|None), min_group_size, needs_values)",
+    "values (B,T)|None, group_size, cfg) -> (advantages (B,T), returns (B,T)|None), min_group_size, needs_values, "
+    "reads, all_equal_zero)",
 )
 AGGREGATION_MODES = Registry(
     "aggregation mode", "fn(loss_mat (B,T), mask (B,T) bool, max_len int|None) -> 0-dim tensor"
@@ -88,4 +96,9 @@ KL_ESTIMATORS = Registry(
 )
 RATIO_LEVELS = Registry(
     "ratio level", "RatioLevel(log_ratio=fn(logp (B,T), old_logp (B,T), mask (B,T) bool) -> (B,T), per_sequence)"
+)
+SURROGATES = Registry(
+    "surrogate",
+    "Surrogate(loss=fn(*, ratio (B,T), logp (B,T), adv (B,T), mask (B,T) bool, opts: dict) -> "
+    "(loss_mat (B,T), events: dict of (B,T) bool), reads, levels)",
 )

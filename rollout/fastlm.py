@@ -16,6 +16,11 @@ flows into the same ``nn.Parameter`` objects: the policy stays a transformers mo
 ``save_pretrained``, scored by ``model(...)`` anywhere else). tests/test_fastlm.py checks logits, gradients
 and sampled log-probs against the transformers forward (agreement to ~1e-6 in float32).
 
+Device and dtype: every tensor this module creates lives on the model's device (that of its embedding, or of
+the caller's prompt tensors) and uses the model's dtype, except where float32 is the point: rotary angles are
+computed in float32 as transformers does, attention probabilities in at least float32 (float64 models keep
+float64), and behaviour log-probs are float32 (the engine's ``Generation`` contract).
+
 Supported: ``LlamaForCausalLM`` and ``Qwen2ForCausalLM`` configs (biases on any projection allowed), rotary
 embeddings whose frequencies are fixed at init (default, linear, llama3, yarn: all read from the model's own
 ``inv_freq`` and ``attention_scaling``), no sliding window, silu MLP. Anything else (``supports()`` says why)
@@ -23,6 +28,9 @@ uses the transformers forward unchanged.
 """
 
 from __future__ import annotations
+
+import itertools
+import weakref
 
 import torch
 import torch.nn.functional as F
@@ -56,7 +64,9 @@ def supports(model) -> bool:
 
 
 def _bias(linear) -> torch.Tensor:
-    return linear.bias if linear.bias is not None else torch.zeros(linear.out_features, dtype=linear.weight.dtype)
+    if linear.bias is not None:
+        return linear.bias
+    return torch.zeros(linear.out_features, dtype=linear.weight.dtype, device=linear.weight.device)
 
 
 def _cat_bias(*linears):
@@ -107,13 +117,13 @@ class _Weights:
 
     def _rot(self, heads: int) -> torch.Tensor:
         """Row order of rotate_half applied to `heads` heads: out[:h] = -in[h:], out[h:] = in[:h]."""
-        h = self.hd // 2
-        one = torch.cat([torch.arange(h, 2 * h), torch.arange(0, h)])
-        return (one[None] + self.hd * torch.arange(heads)[:, None]).reshape(-1)
+        h, dev = self.hd // 2, self.emb.device
+        one = torch.cat([torch.arange(h, 2 * h, device=dev), torch.arange(0, h, device=dev)])
+        return (one[None] + self.hd * torch.arange(heads, device=dev)[:, None]).reshape(-1)
 
     def _sign(self, heads: int) -> torch.Tensor:
-        h = self.hd // 2
-        return torch.cat([-torch.ones(h), torch.ones(h)]).repeat(heads).to(self.emb.dtype)
+        h, like = self.hd // 2, dict(dtype=self.emb.dtype, device=self.emb.device)
+        return torch.cat([-torch.ones(h, **like), torch.ones(h, **like)]).repeat(heads)  # +-1: exact in any dtype
 
     def rope(self, pos: torch.Tensor, dtype) -> tuple[torch.Tensor, torch.Tensor]:
         """cos, sin of shape (B, 1, L, hd) for integer positions (B, L)."""
@@ -132,23 +142,46 @@ def _distinct_prompts(ids: torch.Tensor, mask: torch.Tensor):
     that are not adjacent are simply computed twice. Much cheaper than torch.unique(dim=0).
     """
     if ids.shape[0] == 1:
-        return torch.zeros(1, dtype=torch.long), torch.zeros(1, dtype=torch.long)
+        zero = torch.zeros(1, dtype=torch.long, device=ids.device)
+        return zero, zero
     same = ((ids[1:] == ids[:-1]) & (mask[1:] == mask[:-1])).all(-1)
-    starts = torch.cat([torch.tensor([True]), ~same])
+    starts = torch.cat([torch.ones(1, dtype=torch.bool, device=ids.device), ~same])
     return starts.nonzero().squeeze(-1), starts.long().cumsum(0) - 1
 
 
+# frozen model -> (its parameter and buffer tensors, their (data_ptr, _version), the fused weights built from them).
+# Kept beside the model, not on it: copy.deepcopy / pickling of the model never carry a fused copy, and the
+# entry goes when the model does.
+_FUSED: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
+def _state(model):
+    tensors = tuple(itertools.chain(model.parameters(), model.buffers()))
+    return tensors, tuple((t.data_ptr(), t._version) for t in tensors)
+
+
 def _weights(model) -> _Weights:
-    """Fused weights for this call; a frozen model (no parameter requires grad, e.g. the reference) keeps
-    its fused copy, since its weights never change."""
+    """Fused weights for this call. A model being trained (some parameter requires grad) gets them built afresh
+    every call, differentiably. A frozen model (e.g. the reference) reuses its fused copy for as long as its
+    parameters and buffers are the same tensor objects with the same storage and version counters: any
+    in-place edit (``with torch.no_grad(): p.add_(...)``, ``load_state_dict``, an optimizer step), a
+    replaced or moved tensor (``model.to(...)``) or a copy of the model builds it again.
+
+    Not seen: edits through ``p.data`` (``p.data.copy_(x)``), since PyTorch gives ``.data`` a version counter
+    of its own; edit frozen weights under ``torch.no_grad()`` instead.
+    """
     if any(p.requires_grad for p in model.parameters()):
         return _Weights(model)
-    cached = getattr(model, "_objbench_fused", None)
-    if cached is None:
-        with torch.no_grad():
-            cached = _Weights(model)
-        model._objbench_fused = cached
-    return cached
+    tensors, stamp = _state(model)
+    hit = _FUSED.get(model)
+    if hit is not None and len(hit[0]) == len(tensors) and all(a is b for a, b in zip(hit[0], tensors)) \
+            and hit[1] == stamp:
+        return hit[2]
+    with torch.no_grad():
+        fused = _Weights(model)
+    # the entry holds the tensors themselves, so their ids cannot be reused by new tensors while it lives
+    _FUSED[model] = (tensors, stamp, fused)
+    return fused
 
 
 def _rms(x, w_eps):
@@ -159,9 +192,11 @@ def _rms(x, w_eps):
 def _additive_mask(key_valid: torch.Tensor, L_q: int, dtype) -> torch.Tensor:
     """(B, 1, L_q, L_k) additive mask: causal (queries are the last L_q keys) and key padding."""
     B, L_k = key_valid.shape
-    q_idx = torch.arange(L_k - L_q, L_k)[:, None]
-    allowed = (torch.arange(L_k)[None, :] <= q_idx)[None] & key_valid[:, None, :]
-    return torch.zeros(B, 1, L_q, L_k, dtype=dtype).masked_fill_(~allowed[:, None], torch.finfo(dtype).min)
+    dev = key_valid.device
+    q_idx = torch.arange(L_k - L_q, L_k, device=dev)[:, None]
+    allowed = (torch.arange(L_k, device=dev)[None, :] <= q_idx)[None] & key_valid[:, None, :]
+    out = torch.zeros(B, 1, L_q, L_k, dtype=dtype, device=dev)
+    return out.masked_fill_(~allowed[:, None], torch.finfo(dtype).min)
 
 
 def _attend(q, k, v, mask, scaling, groups):
@@ -169,7 +204,8 @@ def _attend(q, k, v, mask, scaling, groups):
         k = k.repeat_interleave(groups, dim=1)
         v = v.repeat_interleave(groups, dim=1)
     s = torch.matmul(q, k.transpose(-1, -2)) * scaling + mask
-    p = torch.softmax(s, dim=-1, dtype=torch.float32).to(q.dtype)
+    # softmax in float32 for half-precision models (as transformers' eager attention), float64 kept
+    p = torch.softmax(s, dim=-1, dtype=torch.promote_types(q.dtype, torch.float32)).to(q.dtype)
     return torch.matmul(p, v)
 
 
@@ -294,7 +330,7 @@ def response_logits(model, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, 
         r_ids, r_mask = response_ids[rows, :Tb], response_mask[rows, :Tb]
         key_valid = torch.cat([pm[rows], r_mask], 1)
         xb = W.embed(r_ids)
-        cos_b, sin_b = W.rope(start_pos[rows, None] + torch.arange(Tb), dtype)
+        cos_b, sin_b = W.rope(start_pos[rows, None] + torch.arange(Tb, device=start_pos.device), dtype)
         mask_b = _additive_mask(key_valid, Tb, dtype)
         inv_b = inverse[rows]
         for (k, v), lw in zip(prefix, W.layers):
@@ -319,27 +355,28 @@ def generate(model, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, params,
     T = params.max_new_tokens
     W = _weights(model)
     dtype = W.emb.dtype
+    dev = prompt_ids.device
     logits, prefix, inverse = _prefill(W, prompt_ids, prompt_mask.bool())  # logits (B, V)
-    K = torch.zeros(len(W.layers), B, W.Hkv, P + T, W.hd, dtype=dtype)
+    K = torch.zeros(len(W.layers), B, W.Hkv, P + T, W.hd, dtype=dtype, device=dev)
     V = torch.zeros_like(K)
     for i, (k, v) in enumerate(prefix):
         K[i, :, :, :P] = k.index_select(0, inverse)
         V[i, :, :, :P] = v.index_select(0, inverse)
     # decode-time mask: one query per row sees every valid key so far; kept as an additive row, updated in place
-    amask = torch.full((B, 1, 1, P + T), torch.finfo(dtype).min, dtype=dtype)
+    amask = torch.full((B, 1, 1, P + T), torch.finfo(dtype).min, dtype=dtype, device=dev)
     amask[:, 0, 0, :P].masked_fill_(prompt_mask.bool(), 0.0)
     next_pos = prompt_mask.long().sum(-1)                              # (B,) position of the first new token
-    cos_t, sin_t = W.rope(torch.arange(P + T)[None], dtype)            # rotary table for every position
+    cos_t, sin_t = W.rope(torch.arange(P + T, device=dev)[None], dtype)  # rotary table for every position
     cos_t, sin_t = cos_t[0, 0], sin_t[0, 0]                            # (P+T, hd)
 
-    out_ids = torch.full((B, T), params.pad_id, dtype=torch.long)
-    out_logp = torch.zeros(B, T, dtype=torch.float32)
-    out_mask = torch.zeros(B, T, dtype=torch.bool)
-    done = torch.zeros(B, dtype=torch.bool)
-    rows = torch.arange(B)        # original row of each row of the (compacted) working batch
+    out_ids = torch.full((B, T), params.pad_id, dtype=torch.long, device=dev)
+    out_logp = torch.zeros(B, T, dtype=torch.float32, device=dev)  # float32: the Generation contract
+    out_mask = torch.zeros(B, T, dtype=torch.bool, device=dev)
+    done = torch.zeros(B, dtype=torch.bool, device=dev)
+    rows = torch.arange(B, device=dev)  # original row of each row of the (compacted) working batch
     n_steps = 0
-    active = torch.ones(B, dtype=torch.bool)  # rows of the working batch that have not finished
-    full = torch.zeros(B, logits.shape[-1], dtype=logits.dtype)
+    active = torch.ones(B, dtype=torch.bool, device=dev)  # rows of the working batch that have not finished
+    full = torch.zeros(B, logits.shape[-1], dtype=logits.dtype, device=dev)
     for t in range(T):
         # sample over all B rows, as the transformers path does, so both consume the generator identically
         # (rows that left the working batch get dummy logits; their draws are discarded)
@@ -362,7 +399,7 @@ def generate(model, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, params,
             rows, tok = rows[keep], tok[keep]
             K, V = K.index_select(1, keep), V.index_select(1, keep)
             amask, next_pos = amask.index_select(0, keep), next_pos[keep]
-            active = torch.ones(len(rows), dtype=torch.bool)
+            active = torch.ones(len(rows), dtype=torch.bool, device=dev)
         else:  # finished rows stay until enough have finished; their further tokens are discarded
             active = active & live
         at = P + t

@@ -213,7 +213,7 @@ def test_gae_errors():
     with pytest.raises(ValueError, match="values"):
         gae(t([[0.0, 0, 1]]), t([[0.0, 0]]), mask, 1.0, 1.0)
     with pytest.raises(ValueError, match="mask"):
-        gae(t([[0.0, 0, 1]]), t([[0.0, 0, 0]]), mask.long(), 1.0, 1.0)
+        gae(t([[0.0, 0, 1]]), t([[0.0, 0, 0]]), mask.long() + 1, 1.0, 1.0)  # 2s: not a mask
 
 
 def test_whiten_by_hand():

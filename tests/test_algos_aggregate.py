@@ -101,8 +101,8 @@ def test_errors_name_the_argument():
         algos.aggregate(loss, mask, "seq_mean_token_sum_norm", max_len=0)
     with pytest.raises(ValueError, match="mode.*token_mean"):
         algos.aggregate(loss, mask, "sum")
-    with pytest.raises(ValueError, match="mask.*bool"):
-        algos.aggregate(loss, mask.double(), "token_mean")
+    with pytest.raises(ValueError, match="mask must hold only 0 and 1.*0.5"):
+        algos.aggregate(loss, mask.double() * 0.5, "token_mean")
     with pytest.raises(ValueError, match="mask"):
         algos.aggregate(loss, mask[:, :2], "token_mean")
     with pytest.raises(ValueError, match="loss_mat"):

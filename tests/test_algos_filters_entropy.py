@@ -53,8 +53,9 @@ def test_overlong_filter():
     mask = torch.tensor([[True, True, False], [True, True, True], [True, False, False]])
     out = overlong_filter(mask, torch.tensor([False, True, False]))
     assert out.tolist() == [[True, True, False], [False, False, False], [True, False, False]]
+    assert torch.equal(overlong_filter(mask, torch.tensor([0, 1, 0])), out)  # a 0/1 integer flag vector is a mask too
     with pytest.raises(ValueError, match="truncated"):
-        overlong_filter(mask, torch.tensor([0, 1, 0]))
+        overlong_filter(mask, torch.tensor([0, 2, 0]))
     with pytest.raises(ValueError, match="truncated"):
         overlong_filter(mask, torch.tensor([False, True]))
 

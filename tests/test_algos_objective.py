@@ -60,6 +60,59 @@ def test_kl_in_reward_group_by_hand():
         algos.compute_advantages(cfg, rewards=t([1.0, 0.0, 0.0, 1.0]), mask=mask)
 
 
+def _kl_reward_all_correct_group(beta, check, estimator="group"):
+    # group 0 is all correct (R = 1, 1, 1, 1) with k1 = old - ref per token
+    #   row 0 [0.1, 0.2], row 1 [0.0, 0.1], row 2 [0.2, 0.2], row 3 [0.0, 0.0] -> sums s = [0.3, 0.1, 0.4, 0.0];
+    # group 1 is mixed (R = 1, 0, 0, 1) with no KL (old = ref)
+    cfg = algos.ObjectiveConfig(
+        group_size=4,
+        adv=algos.AdvantageConfig(estimator=estimator, eps=0.0) if estimator == "group" else
+        algos.AdvantageConfig(estimator=estimator),
+        kl=algos.KLConfig(estimator="k1", placement="reward", beta=beta, reward_zero_var_check=check),
+    )
+    mask = torch.ones(8, 2, dtype=torch.bool)
+    old = t([[0.1, 0.2], [0.0, 0.1], [0.2, 0.2], [0.0, 0.0]] + [[0.0, 0.0]] * 4)
+    ref = torch.zeros(8, 2, dtype=F64)
+    rewards = t([1.0, 1.0, 1.0, 1.0, 1.0, 0.0, 0.0, 1.0])
+    return algos.compute_advantages(cfg, rewards=rewards, mask=mask, old_logp=old, ref_logp=ref)
+
+
+def test_kl_in_reward_all_equal_test_shaped_vs_outcome_by_hand():
+    # shaped (default, verl): group 0's shaped rewards 1 - beta s are not all equal;
+    #   centred: -beta (s - mean s) = -beta [0.1, -0.1, 0.2, -0.2]
+    #   unbiased std: beta sqrt((0.01 + 0.01 + 0.04 + 0.04) / 3) = beta 0.18257419
+    #   A = -[0.1, -0.1, 0.2, -0.2] / 0.18257419 = [-0.54772256, 0.54772256, -1.09544512, 1.09544512]
+    #   -- beta cancels: beta 0.04 and beta 1e-4 give the same full-size advantages made of KL noise.
+    # group 1 (no KL): A = +-0.5 / sqrt(1/3) = +-0.8660254 in both modes.
+    noise = t([-0.54772256, 0.54772256, -1.09544512, 1.09544512])
+    mixed = t([0.8660254, -0.8660254, -0.8660254, 0.8660254])
+    a_big, _, m_big = _kl_reward_all_correct_group(0.04, "shaped")
+    a_small, _, m_small = _kl_reward_all_correct_group(1e-4, "shaped")
+    assert torch.allclose(a_big[:4, 0], noise, atol=1e-8) and torch.allclose(a_small[:4, 0], noise, atol=1e-8)
+    assert torch.allclose(a_big, a_small, atol=1e-9)  # the same advantages whatever beta
+    assert torch.allclose(a_big[4:, 0], mixed, atol=1e-7)
+    assert m_big["zero_var_frac"].item() == 0.0  # no group looks all-equal any more
+    # outcome: the all-equal test sees the outcome rewards -> group 0 gets exactly 0 at every token
+    for beta in (0.04, 1e-4):
+        a, _, m = _kl_reward_all_correct_group(beta, "outcome")
+        assert torch.equal(a[:4], torch.zeros(4, 2, dtype=F64))
+        assert torch.allclose(a[4:, 0], mixed, atol=1e-7) and torch.equal(a[4:, 0], a[4:, 1])
+        assert m["zero_var_frac"].item() == 0.5
+    # rloo has the same all-equal rule: outcome zeroes group 0; shaped gives G/(G-1) (shaped - mean) = beta-sized noise
+    a, _, _ = _kl_reward_all_correct_group(0.04, "outcome", estimator="rloo")
+    assert torch.equal(a[:4], torch.zeros(4, 2, dtype=F64))
+    a, _, _ = _kl_reward_all_correct_group(0.04, "shaped", estimator="rloo")
+    assert torch.allclose(a[:4, 0], -0.04 * 4 / 3 * t([0.1, -0.1, 0.2, -0.2]), atol=1e-12)
+
+
+def test_outcome_test_changes_nothing_without_kl_in_the_reward():
+    # beta 0: shaped rewards are the outcome rewards, both tests agree to the bit
+    a, _, m = _kl_reward_all_correct_group(0.0, "outcome")
+    b, _, n = _kl_reward_all_correct_group(0.0, "shaped")
+    assert torch.equal(a, b) and torch.equal(m["zero_var_frac"], n["zero_var_frac"])
+    assert torch.equal(a[:4], torch.zeros(4, 2, dtype=F64))
+
+
 def test_kl_in_reward_gae_by_hand():
     # one response of 3 tokens, R = 1, k1 = old - ref = [0.1, 0.2, 0.3], beta 0.5, V = 0, gamma = lam = 1,
     # no whitening: token rewards [-0.05, -0.1, 1 - 0.15] = [-0.05, -0.1, 0.85];
@@ -75,7 +128,8 @@ def test_kl_in_reward_gae_by_hand():
 def test_gae_reward_goes_on_last_valid_token_and_whitening():
     # rows of different lengths: R sits on each row's last valid token; with V = 0 and gamma = lam = 1 every
     # valid token's advantage is R_i before whitening, and returns are R_i
-    cfg = with_overrides(algos.presets["ppo"], {"kl.placement": "none", "kl.beta": 0.0})
+    # KL off: placement none reads no kl.* field, so PPO's k1 goes back to the default too
+    cfg = with_overrides(algos.presets["ppo"], {"kl.placement": "none", "kl.beta": 0.0, "kl.estimator": "k3"})
     mask = torch.tensor([[True, True, True, False], [True, False, False, False]])
     adv, ret, _ = algos.compute_advantages(cfg, rewards=t([1.0, 0.0]), mask=mask,
                                            values=torch.zeros(2, 4, dtype=F64))
@@ -102,7 +156,7 @@ def test_advantage_errors():
     with pytest.raises(ValueError, match="rewards"):
         algos.compute_advantages(cfg, rewards=torch.zeros(7, dtype=F64), mask=torch.ones(8, 2, dtype=torch.bool))
     with pytest.raises(ValueError, match="mask"):
-        algos.compute_advantages(cfg, rewards=torch.zeros(8, dtype=F64), mask=torch.ones(8, 2))
+        algos.compute_advantages(cfg, rewards=torch.zeros(8, dtype=F64), mask=torch.full((8, 2), 2.0))
 
 
 # ---------------------------------------------------------------------------------------------- loss

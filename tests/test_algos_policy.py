@@ -238,4 +238,4 @@ def test_errors_name_the_argument():
     with pytest.raises(ValueError, match="old_logp"):
         algos.policy_loss(lp, old[:, :3], adv, mask)
     with pytest.raises(ValueError, match="mask"):
-        algos.policy_loss(lp, old, adv, mask.to(torch.uint8))
+        algos.policy_loss(lp, old, adv, mask.to(torch.uint8) * 2)  # 0/2: not a mask (0/1 would be accepted)

@@ -118,3 +118,94 @@ def test_config_switch_selects_the_transformers_forward(tmp_path):
     cfg = load_config(None, ["model.forward=hf", "objective=grpo"])
     s = make_setup(cfg, build_task(cfg), build_char_tokenizer(), build_policy("tiny", VOCAB_SIZE, seed=0))
     assert not fastlm.supports(s.policy) and not fastlm.supports(s.reference)
+
+
+# ----------------------------------------------------------------------------------- the frozen-model cache
+def test_frozen_cache_follows_copies_and_in_place_edits():
+    # the reference model is frozen, so fastlm keeps its fused weights; a deepcopy of it edited in place (how a
+    # perturbed reference is made) must not be scored with the original's fused weights
+    import copy
+
+    model = build_policy("tiny", 24, seed=0)
+    model.requires_grad_(False)
+    pid, pm, rid, rm = _batch()
+    with torch.no_grad():
+        before = score(_auto(model), pid, pm, rid, rm).logp  # fills the frozen model's fused-weight cache
+        assert fastlm._weights(model) is fastlm._weights(model)  # and reuses it while nothing changes
+        clone = copy.deepcopy(model)
+        assert clone not in fastlm._FUSED and model in fastlm._FUSED  # a copy carries no fused weights
+        g = torch.Generator().manual_seed(0)
+        for p in clone.parameters():
+            p.add_(0.05 * torch.randn(p.shape, generator=g))
+        fast = score(_auto(clone), pid, pm, rid, rm).logp
+        hf = score(_hf(clone), pid, pm, rid, rm).logp
+        assert (fast - hf)[rm].abs().max() < 1e-5
+        assert (hf - before)[rm].abs().max() > 1e-2  # the edit matters: a stale cache would be caught
+
+        # in place on the model itself, on a fused weight (q_proj) -- and through load_state_dict
+        model.model.layers[0].self_attn.q_proj.weight.mul_(1.5)
+        fast = score(_auto(model), pid, pm, rid, rm).logp
+        hf = score(_hf(model), pid, pm, rid, rm).logp
+        assert (fast - hf)[rm].abs().max() < 1e-5 and (hf - before)[rm].abs().max() > 1e-3
+        model.load_state_dict(clone.state_dict())
+        fast = score(_auto(model), pid, pm, rid, rm).logp
+        hf = score(_hf(clone), pid, pm, rid, rm).logp
+        assert (fast - hf)[rm].abs().max() < 1e-5
+
+
+def test_tensors_are_made_on_the_models_device_and_dtype():
+    # a CPU model run with the default device set to "meta": any tensor fastlm made without the model's device
+    # would land on "meta" and fail or poison the result (the CPU stand-in for a CUDA model on a CPU-default host)
+    model = build_policy("tiny", 24, seed=2)
+    pid, pm, rid, rm = _batch()
+    ids, attn, pos = full_inputs(pid, pm, rid, rm)
+    params = SamplingParams(9, temperature=0.7, top_p=0.9)
+
+    def run():
+        from rollout.engine import _sample
+
+        with torch.no_grad():
+            return (fastlm.forward(_auto(model), ids, attn, pos), fastlm.response_logits(model, pid, pm, rid, rm),
+                    *fastlm.generate(model, pid, pm, params, _sample, torch.Generator().manual_seed(3)))
+
+    ref = run()
+    with torch.device("meta"):
+        got = run()  # trainable: fused weights built every call
+        model.requires_grad_(False)
+        got_frozen = run()  # frozen: the cached fused weights are built here, under "meta" too
+    for outs in (got, got_frozen):
+        for a, b in zip(ref, outs):
+            assert b.device.type == "cpu" and torch.equal(a, b)
+
+
+@pytest.mark.parametrize("dtype,atol", [(torch.float64, 1e-5), (torch.bfloat16, 0.1)])
+def test_other_dtypes(dtype, atol):
+    # the model's dtype throughout (float64 attention stays float64: a float32 softmax turned the float64
+    # minimum of padded query rows into -inf and the sampler's probabilities into NaN)
+    model = build_policy("tiny", 24, seed=0).to(dtype)
+    pid, pm, rid, rm = _batch()
+    ids, attn, pos = full_inputs(pid, pm, rid, rm)
+    with torch.no_grad():
+        got = fastlm.forward(_auto(model), ids, attn, pos)
+        ref = _hf(model)(input_ids=ids, attention_mask=attn, position_ids=pos).logits
+    assert got.dtype == dtype
+    assert torch.allclose(got[attn.bool()].double(), ref[attn.bool()].double(), atol=atol)
+    gen = HFEngine(_auto(model)).generate(pid, pm, SamplingParams(6), torch.Generator().manual_seed(0))
+    assert torch.isfinite(gen.logp).all() and gen.logp.dtype == torch.float32
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_cuda_model_matches_cpu():
+    from rollout.engine import _sample
+
+    cpu = build_policy("tiny", 24, seed=0)
+    gpu = build_policy("tiny", 24, seed=0).cuda()
+    pid, pm, rid, rm = _batch()
+    a = fastlm.response_logits(cpu, pid, pm, rid, rm)
+    b = fastlm.response_logits(gpu, pid.cuda(), pm.cuda(), rid.cuda(), rm.cuda())
+    assert b.device.type == "cuda" and torch.allclose(a[rm], b.cpu()[rm], atol=1e-4)
+    gpu.requires_grad_(False)
+    out = fastlm.generate(gpu, pid.cuda(), pm.cuda(), SamplingParams(6, temperature=0.0), _sample, None)
+    ref = fastlm.generate(cpu, pid, pm, SamplingParams(6, temperature=0.0), _sample, None)
+    assert all(x.device.type == "cuda" for x in out)
+    assert torch.equal(out[0].cpu(), ref[0])
