@@ -346,7 +346,19 @@ def load_config(path: str | Path | None = None, overrides: list[str] | tuple = (
         raise ConfigError(str(e)) from None
     check_model(cfg)  # a bad model folder stops here, before any compute and before a run folder exists
     _check_charset(cfg)
+    from algos import check_against_rollout
+
+    try:  # objective settings that depend on the sampler's length budget (as make_setup resolves it)
+        check_against_rollout(cfg.objective, max_new_tokens(cfg, build_task(cfg)))
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
     return cfg
+
+
+def max_new_tokens(cfg: TrainConfig, task) -> int:
+    """The sampler's length budget: rollout.max_new_tokens, or (0) the task's longest reference answer + EOS + 6
+    tokens of headroom, so length can vary (and DAPO's overlong band starts beyond every correct answer)."""
+    return cfg.rollout.max_new_tokens or task.max_response_len() + 6
 
 
 def _check_charset(cfg: TrainConfig) -> None:

@@ -39,7 +39,7 @@ from algos import kl as KL
 from algos.advantages import group_stats
 from envs import task_spec
 from envs.tokenizer import VOCAB_SIZE
-from experiments.config import ConfigError, TrainConfig, build_task, check_model, to_dict, to_yaml
+from experiments.config import ConfigError, TrainConfig, build_task, check_model, max_new_tokens, to_dict, to_yaml
 from experiments.metrics import reduce, rename
 from rollout.bundle import DTYPES, Codec, char_codec, fingerprint_folder, load_hf, resolve_device
 from rollout.engine import Generation, HFEngine, SamplingParams, repeat_prompts
@@ -310,9 +310,7 @@ def make_setup(cfg: TrainConfig, task, codec, policy, sft_info: dict | None = No
     needs_ref = obj.kl.placement != "none" or cfg.log.ref_kl
     reference = frozen_copy(policy) if needs_ref else None
     critic = ValueModel(policy).to(device=device, dtype=DTYPES[cfg.model.dtype]) if obj.adv.estimator == "gae" else None
-    # headroom past the longest reference answer, so length can vary (and DAPO's overlong band, max_new -
-    # overlong_cache, starts beyond every correct answer)
-    max_new = cfg.rollout.max_new_tokens or task.max_response_len() + 6
+    max_new = max_new_tokens(cfg, task)
     if cfg.rollout.engine == "vllm":
         from rollout.vllm_engine import VLLMEngine
         engine = VLLMEngine(ckpt)
