@@ -5,6 +5,9 @@
   objbench report RUNS_DIR                            report.md with figures and tables
   objbench bench  [--config FILE] [key=value ...]     step-time breakdown and tokens/s
   objbench presets [NAME ...]                         print presets as tables
+  objbench config [--config FILE] [key=value ...]     print the resolved run config (YAML) and exit
+
+`objbench train --help` lists every config field with its type, default and meaning.
 """
 
 from __future__ import annotations
@@ -26,6 +29,13 @@ def _cmd_train(args) -> int:
     return 0
 
 
+def _cmd_config(args) -> int:
+    from experiments.config import load_config, to_yaml
+
+    print(to_yaml(load_config(args.config, args.overrides)), end="")
+    return 0
+
+
 def _cmd_sweep(args) -> int:
     from experiments.sweep import describe, load_sweep, run_sweep
 
@@ -43,8 +53,14 @@ def _cmd_sweep(args) -> int:
 def _cmd_report(args) -> int:
     from analysis.report import write_report
 
+    from experiments.errors import RunFolderError
+
     kw = {"primary": args.primary} if args.primary else {}
-    print(write_report(args.runs_dir, out_dir=args.out, x=args.x, **kw))
+    try:
+        print(write_report(args.runs_dir, out_dir=args.out, x=args.x, include_incomplete=args.include_incomplete,
+                           **kw))
+    except (FileNotFoundError, ValueError) as e:  # no such folder, no runs in it, only unfinished runs
+        raise RunFolderError(str(e).replace("pass include_incomplete=True", "pass --include-incomplete")) from None
     return 0
 
 
@@ -62,7 +78,9 @@ def _cmd_presets(args) -> int:
     names = args.names or list(presets)
     for n in names:
         if n not in presets:
-            raise ValueError(f"unknown preset {n!r}; choose one of: {', '.join(presets)}")
+            from experiments.errors import ConfigError
+
+            raise ConfigError(f"unknown preset {n!r}; choose one of: {', '.join(presets)}")
         print(f"## {n}\n{format_config_table(presets[n])}\n")
     return 0
 
@@ -72,7 +90,11 @@ def build_parser() -> argparse.ArgumentParser:
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="cmd", required=True)
 
-    t = sub.add_parser("train", help="train one run")
+    from experiments.fields import format_fields
+
+    fields_help = format_fields()
+    t = sub.add_parser("train", help="train one run", epilog=fields_help,
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
     t.add_argument("--config", help="YAML run config (default: built-in defaults)")
     t.add_argument("--quiet", action="store_true", help="no progress bar")
     t.add_argument("overrides", nargs="*", help="key=value overrides, e.g. objective=dapo train.steps=100")
@@ -95,7 +117,15 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--out", default=None, help="output folder (default: RUNS_DIR/report)")
     r.add_argument("--primary", default=None,
                    help="metric of the main tables (default: the sweep spec's report.primary, else eval/acc)")
+    r.add_argument("--include-incomplete", action="store_true",
+                   help="also report runs that have not finished (no 'done' file); they are marked")
     r.set_defaults(fn=_cmd_report)
+
+    c = sub.add_parser("config", help="print the resolved run config (YAML) of a command line and exit",
+                       epilog=fields_help, formatter_class=argparse.RawDescriptionHelpFormatter)
+    c.add_argument("--config", help="YAML run config")
+    c.add_argument("overrides", nargs="*")
+    c.set_defaults(fn=_cmd_config)
 
     b = sub.add_parser("bench", help="time a few steps: tokens/s and where a step's time goes")
     b.add_argument("--config", help="YAML run config")
@@ -111,13 +141,20 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv=None) -> int:
-    from experiments.config import ConfigError
+    from experiments.errors import ConfigError, RunFolderError  # light: --help never imports torch
 
     args = build_parser().parse_args(argv)
     try:
         return args.fn(args)
     except ConfigError as e:
         print(f"objbench: config error: {e}", file=sys.stderr)
+        return 2
+    except RunFolderError as e:
+        print(f"objbench: {e}", file=sys.stderr)
+        return 2
+    except PermissionError as e:
+        print(f"objbench: cannot write {e.filename or ''}: permission denied (choose another out_dir=)",
+              file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("objbench: interrupted; re-run the same command to resume", file=sys.stderr)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import difflib
 import hashlib
 import json
+import math
 from dataclasses import asdict, dataclass, field, fields, is_dataclass, replace
 from pathlib import Path
 from typing import Any, Dict, Optional
@@ -26,8 +27,7 @@ from algos import presets as PRESETS
 from algos.config import ObjectiveConfig
 
 
-class ConfigError(ValueError):
-    """A configuration problem found before any compute started."""
+from experiments.errors import ConfigError  # noqa: E402  (defined without heavy imports, for the CLI)
 
 
 def _choice(name: str, value, choices):
@@ -145,6 +145,9 @@ class OptimConfig:
         _positive("optim.lr", self.lr)
         _positive("optim.grad_clip", self.grad_clip, allow_zero=True)
         _positive("optim.weight_decay", self.weight_decay, allow_zero=True)
+        for name in ("beta1", "beta2"):
+            if not 0.0 <= getattr(self, name) < 1.0:
+                raise ConfigError(f"optim.{name} must be in [0, 1), got {getattr(self, name)}")
 
 
 @dataclass(frozen=True)
@@ -179,7 +182,8 @@ class LogConfig:
     ref_kl: bool = True
     """log exact and estimated KL to the start policy every step even when the objective has no KL term"""
     wandb: bool = False
-    """also log to Weights & Biases (offline mode unless WANDB_API_KEY is set)"""
+    """also log to Weights & Biases; WANDB_MODE, WANDB_API_KEY and `wandb login` are respected, and only when none
+    is configured does it run offline. A resumed run continues the same wandb run (id kept in the run folder)"""
     wandb_project: str = "objbench"
 
 
@@ -204,6 +208,12 @@ class TrainConfig:
     log: LogConfig = field(default_factory=LogConfig)
 
     def __post_init__(self):
+        _check_numbers(self)
+        if self.seed < 0 or (self.data_seed is not None and self.data_seed < 0):
+            raise ConfigError(f"seed and data_seed must be >= 0, got seed={self.seed}, data_seed={self.data_seed}")
+        if self.rollout.completions_per_step > MAX_COMPLETIONS_PER_STEP:
+            raise ConfigError(f"rollout.completions_per_step={self.rollout.completions_per_step} is over "
+                              f"{MAX_COMPLETIONS_PER_STEP}: one step would never finish")
         if not isinstance(self.task, dict) or not self.task.get("name"):
             raise ConfigError(f"task must be a mapping with a 'name' (one of the registered tasks), got {self.task!r}")
         # the task validates its own settings; config.yaml then holds every resolved setting
@@ -268,13 +278,44 @@ def _preset_node(name: str):
     return node
 
 
+class UniqueKeyLoader(yaml.SafeLoader):
+    """yaml.SafeLoader that refuses a mapping with the same key twice (plain YAML silently keeps the last)."""
+
+    def construct_mapping(self, node, deep=False):
+        keys = set()
+        for k, _ in node.value:
+            key = self.construct_object(k, deep=deep)
+            if key in keys:
+                raise yaml.constructor.ConstructorError(None, None, f"key {key!r} appears twice", k.start_mark)
+            keys.add(key)
+        return super().construct_mapping(node, deep=deep)
+
+
+MAX_COMPLETIONS_PER_STEP = 1 << 20
+
+
+def _check_numbers(obj, prefix="") -> None:
+    """Every float setting is finite (NaN and inf pass most range checks silently and fail mid-training)."""
+    for f in fields(obj):
+        v = getattr(obj, f.name)
+        key = f"{prefix}{f.name}"
+        if is_dataclass(v):
+            _check_numbers(v, key + ".")
+        elif isinstance(v, float) and not math.isfinite(v):
+            raise ConfigError(f"{key}={v} is not a finite number")
+
+
 def parse_overrides(overrides: list[str]) -> tuple[Optional[str], list[str]]:
     """Split CLI overrides into (preset name or None, dotted key=value list)."""
     preset, rest = None, []
+    seen: dict[str, str] = {}
     for item in overrides:
         if "=" not in item:
             raise ConfigError(f"override {item!r} is not of the form key=value")
         key, value = item.split("=", 1)
+        if key.strip() in seen:
+            raise ConfigError(f"{key.strip()} is given twice ({seen[key.strip()]!r} and {item!r}); give it once")
+        seen[key.strip()] = item
         if key.strip() == "objective":
             preset = value.strip()
         else:
@@ -296,7 +337,7 @@ def load_config(path: str | Path | None = None, overrides: list[str] | tuple = (
             raise ConfigError(f"config file not found: {path}")
         with open(path) as fh:
             try:
-                file_dict = yaml.safe_load(fh) or {}
+                file_dict = yaml.load(fh, Loader=UniqueKeyLoader) or {}
             except yaml.YAMLError as e:
                 raise ConfigError(f"{path}: not valid YAML: {e}") from None
         if not isinstance(file_dict, dict):
@@ -346,6 +387,7 @@ def load_config(path: str | Path | None = None, overrides: list[str] | tuple = (
         raise ConfigError(str(e)) from None
     check_model(cfg)  # a bad model folder stops here, before any compute and before a run folder exists
     _check_charset(cfg)
+    check_optional_packages(cfg)
     from algos import check_against_rollout
 
     try:  # objective settings that depend on the sampler's length budget (as make_setup resolves it)
@@ -353,6 +395,14 @@ def load_config(path: str | Path | None = None, overrides: list[str] | tuple = (
     except ValueError as e:
         raise ConfigError(str(e)) from None
     return cfg
+
+
+def check_optional_packages(cfg: TrainConfig) -> None:
+    """Settings that need an optional package fail at load, not after the warm start."""
+    import importlib.util
+
+    if cfg.log.wandb and importlib.util.find_spec("wandb") is None:
+        raise ConfigError("log.wandb=true needs wandb: pip install 'objbench[wandb]'")
 
 
 def max_new_tokens(cfg: TrainConfig, task) -> int:

@@ -14,6 +14,7 @@ the checkpoint are dropped first, so no step appears twice and none is lost.
 
 from __future__ import annotations
 
+import fcntl
 import json
 import math
 import os
@@ -40,6 +41,7 @@ from algos.advantages import group_stats
 from envs import task_spec
 from envs.tokenizer import VOCAB_SIZE
 from experiments.config import ConfigError, TrainConfig, build_task, check_model, max_new_tokens, to_dict, to_yaml
+from experiments.errors import RunFolderError
 from experiments.metrics import reduce, rename
 from rollout.bundle import DTYPES, Codec, char_codec, fingerprint_folder, load_hf, resolve_device
 from rollout.engine import Generation, HFEngine, SamplingParams, repeat_prompts
@@ -670,6 +672,15 @@ def load_checkpoint(run_dir: Path, s: Setup, opt, critic_opt) -> dict | None:
     last = run_dir / "checkpoints" / "last"
     if not (last / "state.json").is_file():
         return None
+    try:
+        return _load_checkpoint(last, s, opt, critic_opt)
+    except Exception as e:
+        raise RunFolderError(
+            f"{run_dir}: its checkpoint {last} cannot be read ({type(e).__name__}: {str(e).splitlines()[0][:200]}). "
+            f"Delete {last} to restart this run from step 0, or delete {run_dir}") from None
+
+
+def _load_checkpoint(last: Path, s: Setup, opt, critic_opt) -> dict:
     from safetensors.torch import load_file
     pol = type(s.policy).from_pretrained(last / "policy", dtype=next(s.policy.parameters()).dtype)
     s.policy.load_state_dict(pol.state_dict())
@@ -693,8 +704,17 @@ def run_status(cfg: TrainConfig) -> tuple[Path, str]:
     """
     run_dir = Path(cfg.out_dir) / cfg.run_name
     if (run_dir / "config.yaml").is_file():
-        old = yaml.safe_load((run_dir / "config.yaml").read_text())
+        try:
+            old = yaml.safe_load((run_dir / "config.yaml").read_text())
+        except (OSError, UnicodeDecodeError, yaml.YAMLError) as e:
+            raise RunFolderError(f"{run_dir}/config.yaml cannot be read ({type(e).__name__}); the folder is not a "
+                                 f"usable run: move or delete {run_dir}, or choose another name=") from None
+        if not isinstance(old, dict) or not set(to_dict(cfg)) <= set(old):
+            raise RunFolderError(f"{run_dir}/config.yaml is incomplete (cut off while it was written?); the folder "
+                                 f"is not a usable run: move or delete {run_dir}, or choose another name=")
         if old != to_dict(cfg):
+            if not (run_dir / "checkpoints" / "last" / "state.json").is_file() and not (run_dir / "done").exists():
+                return run_dir, "replace"  # a run that failed before its first checkpoint: nothing to resume
             diff = sorted(_diff_keys(old, to_dict(cfg)))
             raise ConfigError(
                 f"{run_dir} already holds a run with a different config (differs in: {', '.join(diff[:8])}); "
@@ -708,6 +728,12 @@ def run_status(cfg: TrainConfig) -> tuple[Path, str]:
 def prepare_run_dir(cfg: TrainConfig) -> tuple[Path, str]:
     """Create or reopen the run folder. Returns (run_dir, status) with status in new|resume|done."""
     run_dir, status = run_status(cfg)
+    if status == "replace":  # moved aside, never deleted: it may hold the logs of why it failed
+        aside = run_dir.with_name(f"{run_dir.name}.failed-{datetime.now(timezone.utc):%Y%m%dT%H%M%S}")
+        os.replace(run_dir, aside)
+        print(f"{run_dir} held a different config and no checkpoint (a run that failed early); moved it to "
+              f"{aside}", file=sys.stderr)
+        status = "new"
     if status == "new":
         run_dir.mkdir(parents=True, exist_ok=True)
         (run_dir / "config.yaml").write_text(to_yaml(cfg))
@@ -735,7 +761,26 @@ def _make_optimizers(s: Setup):
 
 
 def train(cfg: TrainConfig, *, progress: bool = True, cache_dir=None, meta_extra: dict | None = None) -> Path:
-    """Run (or resume, or skip if finished) one training run; returns its folder."""
+    """Run (or resume, or skip if finished) one training run; returns its folder.
+
+    One process at a time per run folder: a second command for the same run stops at once (file lock)."""
+    lock_path = Path(cfg.out_dir) / f".{cfg.run_name}.lock"
+    try:
+        lock_path.parent.mkdir(parents=True, exist_ok=True)
+        lock = open(lock_path, "w")
+    except OSError as e:
+        raise RunFolderError(f"cannot write to out_dir={cfg.out_dir!r} ({type(e).__name__}: {e.strerror or e}); "
+                             "choose another out_dir=") from None
+    with lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise RunFolderError(f"another objbench process is running {Path(cfg.out_dir) / cfg.run_name} "
+                                 f"(lock {lock_path}); wait for it or stop it") from None
+        return _train(cfg, progress=progress, cache_dir=cache_dir, meta_extra=meta_extra)
+
+
+def _train(cfg: TrainConfig, *, progress: bool, cache_dir, meta_extra: dict | None) -> Path:
     check_model(cfg)
     run_dir, status = run_status(cfg)
     if status == "done":
@@ -745,6 +790,7 @@ def train(cfg: TrainConfig, *, progress: bool = True, cache_dir=None, meta_extra
     # the start policy first: a bad model, data file or warm start fails before any run folder is written
     s = build_setup(cfg, cache_dir)
     run_dir, status = prepare_run_dir(cfg)
+    status = "new" if status == "replace" else status
     s.policy.train()
     opt, critic_opt = _make_optimizers(s)
     state = load_checkpoint(run_dir, s, opt, critic_opt) if status == "resume" else None
@@ -837,12 +883,33 @@ def train_step(s: Setup, state: dict, opt, critic_opt) -> tuple[dict, Batch]:
     return row, all_b
 
 
+def _wandb_mode() -> str | None:
+    """None (wandb decides: WANDB_MODE, an API key, or a `wandb login`) unless nothing is configured at all,
+    then "offline", so a run never blocks on a login prompt."""
+    if os.environ.get("WANDB_MODE") or os.environ.get("WANDB_API_KEY"):
+        return None
+    host = (os.environ.get("WANDB_BASE_URL") or "https://api.wandb.ai").split("://")[-1].split("/")[0]
+    try:
+        import netrc
+
+        if netrc.netrc().authenticators(host):
+            return None  # `wandb login` wrote the key to ~/.netrc
+    except (OSError, netrc.NetrcParseError):
+        pass
+    return "offline"
+
+
 def _wandb_init(cfg: TrainConfig, run_dir: Path, meta: dict):
     try:
         import wandb
     except ImportError:
         raise ConfigError("log.wandb=true needs wandb: pip install 'objbench[wandb]'") from None
-    mode = "online" if os.environ.get("WANDB_API_KEY") else "offline"
-    return wandb.init(project=cfg.log.wandb_project, name=cfg.run_name, dir=str(run_dir), mode=mode,
-                      config=to_dict(cfg), group=meta.get("sweep") or None,
-                      tags=[t for t in (meta.get("arm"), f"seed{cfg.seed}") if t], reinit=True)
+    # one wandb run per run folder: a resumed run continues the same wandb run (same id, resume="allow")
+    id_file = run_dir / "wandb_id"
+    safe = "".join(c if c.isalnum() or c in "_-" else "-" for c in cfg.run_name[:40])
+    run_id = id_file.read_text().strip() if id_file.is_file() else f"{safe}-{os.urandom(4).hex()}"
+    id_file.write_text(run_id)
+    kw = {"mode": _wandb_mode()} if _wandb_mode() else {}
+    return wandb.init(project=cfg.log.wandb_project, name=cfg.run_name, id=run_id, resume="allow",
+                      dir=str(run_dir), config=to_dict(cfg), group=meta.get("sweep") or None,
+                      tags=[t for t in (meta.get("arm"), f"seed{cfg.seed}") if t], **kw)

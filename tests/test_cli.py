@@ -1,0 +1,175 @@
+"""The command line and config explain themselves, and every bad input fails at load with one line.
+
+Each bad configuration below used to fail only after compute (after the warm start or mid-training) or to be
+accepted silently; each now stops in load_config, before any run folder exists."""
+
+from __future__ import annotations
+
+import dataclasses
+import fcntl
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from experiments.cli import main
+from experiments.config import ConfigError, TrainConfig, load_config, to_dict
+from experiments.errors import RunFolderError
+from experiments.fields import field_rows
+from experiments.train import train
+
+ROOT = Path(__file__).resolve().parent.parent
+FAST = ["sft.steps=20", "sft.batch_size=16", "train.steps=4", "rollout.completions_per_step=16",
+        "train.eval_size=6", "train.eval_samples=2", "train.eval_every=2", "train.checkpoint_every=2",
+        "train.threads=1"]
+
+
+@pytest.fixture(autouse=True)
+def _cache(tmp_path_factory, monkeypatch):
+    monkeypatch.setenv("OBJBENCH_CACHE", str(tmp_path_factory.getbasetemp() / "cache"))
+
+
+def test_help_lists_every_field_without_importing_torch():
+    code = ("import sys\nfrom experiments.cli import main\ntry:\n    main(['train', '--help'])\n"
+            "except SystemExit:\n    pass\nassert 'torch' not in sys.modules, 'torch imported'\n")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    for key in ("model.path", "optim.lr", "objective.ratio.surrogate", "rollout.chat_template", "sft.steps"):
+        assert f"  {key} (" in out.stdout, key
+
+
+def test_field_listing_matches_the_dataclasses():
+    def leaves(obj, prefix=""):
+        for f in dataclasses.fields(obj):
+            v = getattr(obj, f.name)
+            if dataclasses.is_dataclass(v):
+                yield from leaves(v, f"{prefix}{f.name}.")
+            else:
+                yield f"{prefix}{f.name}"
+
+    assert [r[0] for r in field_rows()] == list(leaves(TrainConfig()))
+
+
+def test_config_command_prints_the_resolved_config(capsys):
+    assert main(["config", "objective=dapo", "task.name=countdown", "seed=3"]) == 0
+    printed = yaml.safe_load(capsys.readouterr().out)
+    assert printed == to_dict(load_config(None, ["objective=dapo", "task.name=countdown", "seed=3"]))
+    assert printed["task"]["max_numbers"] == 4 and printed["objective"]["name"] == "dapo"
+
+
+@pytest.mark.parametrize("override, expect", [
+    ("optim.lr=nan", "optim.lr=nan is not a finite number"),
+    ("optim.lr=inf", "optim.lr=inf is not a finite number"),
+    ("rollout.temperature=nan", "rollout.temperature=nan"),
+    ("optim.grad_clip=nan", "optim.grad_clip=nan"),
+    ("objective.loss.entropy_coef=nan", "objective.loss.entropy_coef=nan"),
+    ("optim.weight_decay=nan", "optim.weight_decay=nan"),
+    ("optim.beta1=2", r"optim.beta1 must be in \[0, 1\)"),
+    ("optim.beta2=-1", r"optim.beta2 must be in \[0, 1\)"),
+    ("seed=-1", "seed and data_seed must be >= 0"),
+    ("data_seed=-5", "seed and data_seed must be >= 0"),
+    ("rollout.completions_per_step=1000000000", "would never finish"),
+    ("model.arch=nonexistent", "not a built-in architecture"),
+])
+def test_bad_values_fail_at_load(override, expect, tmp_path):
+    with pytest.raises(ConfigError, match=expect):
+        load_config(None, [override])
+    assert main(["train", override, f"out_dir={tmp_path / 'runs'}"]) == 2
+    assert not (tmp_path / "runs").exists()
+
+
+def test_wandb_without_wandb_fails_at_load(monkeypatch):
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda n, *a: None if n == "wandb" else real(n, *a))
+    with pytest.raises(ConfigError, match="needs wandb"):
+        load_config(None, ["log.wandb=true"])
+
+
+def test_duplicate_keys_are_errors(tmp_path):
+    with pytest.raises(ConfigError, match="seed is given twice"):
+        load_config(None, ["seed=1", "seed=2"])
+    f = tmp_path / "c.yaml"
+    f.write_text("seed: 1\noptim:\n  lr: 0.1\n  lr: 0.2\n")
+    with pytest.raises(ConfigError, match="'lr' appears twice"):
+        load_config(f)
+
+
+def test_one_line_errors_for_presets_and_report(tmp_path, capsys):
+    assert main(["presets", "nope"]) == 2
+    assert main(["report", str(tmp_path / "missing")]) == 2
+    (tmp_path / "empty").mkdir()
+    assert main(["report", str(tmp_path / "empty")]) == 2
+    err = capsys.readouterr().err
+    assert "unknown preset 'nope'" in err and "does not exist" in err and "Traceback" not in err
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    assert main(["train", f"out_dir={blocker}/runs"]) == 2
+    assert "cannot write to out_dir" in capsys.readouterr().err
+
+
+def test_a_second_process_cannot_enter_a_running_run(tmp_path):
+    cfg = load_config(None, FAST + [f"out_dir={tmp_path}", "name=busy"])
+    with open(tmp_path / ".busy.lock", "w") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        with pytest.raises(RunFolderError, match="another objbench process is running"):
+            train(cfg, progress=False)
+    assert not (tmp_path / "busy").exists()
+
+
+def test_a_run_that_failed_before_its_first_checkpoint_does_not_block_the_corrected_command(tmp_path):
+    bad = load_config(None, FAST + [f"out_dir={tmp_path}", "name=r", "optim.lr=0.5"])
+    d = tmp_path / "r"
+    d.mkdir()
+    (d / "config.yaml").write_text(yaml.safe_dump(to_dict(bad)))
+    (d / "metrics.jsonl").write_text('{"step": 1}\n')  # what a run that crashed at step 1 leaves
+    good = load_config(None, FAST + [f"out_dir={tmp_path}", "name=r"])
+    train(good, progress=False)
+    assert (d / "done").exists()
+    aside = [p for p in tmp_path.iterdir() if p.name.startswith("r.failed-")]
+    assert len(aside) == 1 and (aside[0] / "metrics.jsonl").read_text() == '{"step": 1}\n'  # kept, not deleted
+
+
+@pytest.mark.parametrize("content", ["", "seed: 0\nmodel: {arch: tin", "seed: 0\n"])
+def test_unreadable_or_cut_config_names_the_file(content, tmp_path):
+    d = tmp_path / "r"
+    d.mkdir()
+    (d / "config.yaml").write_text(content)
+    cfg = load_config(None, FAST + [f"out_dir={tmp_path}", "name=r"])
+    with pytest.raises(RunFolderError, match=r"r/config.yaml (cannot be read|is incomplete)"):
+        train(cfg, progress=False)
+
+
+def test_corrupt_checkpoint_names_the_file_and_what_to_do(tmp_path):
+    cfg = load_config(None, FAST + [f"out_dir={tmp_path}", "name=c"])
+    run = train(cfg, progress=False)
+    (run / "done").unlink()
+    opt = run / "checkpoints" / "last" / "optimizer.pt"
+    opt.write_bytes(opt.read_bytes()[:100])  # truncated
+    with pytest.raises(RunFolderError, match="checkpoint .*cannot be read.*Delete .*last to restart"):
+        train(cfg, progress=False)
+
+
+def test_wandb_resumed_run_continues_the_same_wandb_run(tmp_path, monkeypatch):
+    pytest.importorskip("wandb")
+    for k in ("WANDB_MODE", "WANDB_API_KEY"):
+        monkeypatch.delenv(k, raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path))  # no ~/.netrc login: offline
+    args = [sys.executable, "-m", "experiments.cli", "train", "--quiet", *FAST, "log.wandb=true",
+            f"out_dir={tmp_path}", "name=w"]
+    env = {**os.environ, "OBJBENCH_CRASH_AT_STEP": "2", "WANDB_SILENT": "true"}
+    first = subprocess.run(args, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert first.returncode == 3, first.stderr[-2000:]  # hard crash after step 2 (checkpointed)
+    env.pop("OBJBENCH_CRASH_AT_STEP")
+    second = subprocess.run(args, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert second.returncode == 0, second.stderr[-2000:]
+    run = tmp_path / "w"
+    run_id = (run / "wandb_id").read_text()
+    dirs = list((run / "wandb").glob("offline-run-*"))
+    assert len(dirs) == 2 and all(d.name.endswith(run_id) for d in dirs)  # two sessions, one wandb run id
+    assert [json.loads(l)["step"] for l in open(run / "metrics.jsonl")] == [1, 2, 3, 4]
