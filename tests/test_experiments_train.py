@@ -234,3 +234,25 @@ def test_warm_start_does_not_depend_on_the_callers_thread_count(tmp_path):
     assert info["threads"] == 1 and len(info["weights_sha256"]) == 16
     for (k, x), (_, y) in zip(a.state_dict().items(), b.state_dict().items()):
         assert torch.equal(x, y), k
+
+
+def test_evaluation_uses_the_current_weights(tmp_path):
+    """evaluate() after RL steps equals evaluate() of a freshly built model holding the same weights (no stale
+    fused-weight cache, no engine holding the start weights)."""
+    import torch
+
+    from experiments.train import _make_optimizers, build_setup, evaluate, make_setup, train_step
+
+    cfg = _cfg(tmp_path, "objective=grpo", "name=e")
+    s = build_setup(cfg)
+    start = {k: v.clone() for k, v in s.policy.state_dict().items()}
+    s.policy.train()
+    opt, copt = _make_optimizers(s)
+    state = {"step": 0, "prompt_index": 0, "tokens": 0, "elapsed": 0.0}
+    for _ in range(3):
+        train_step(s, state, opt, copt)
+    assert any(not torch.equal(start[k], v) for k, v in s.policy.state_dict().items())
+    fresh = type(s.policy)(s.policy.config)
+    fresh.load_state_dict(s.policy.state_dict())
+    s2 = make_setup(cfg, s.task, s.codec, fresh)
+    assert evaluate(s, 3) == evaluate(s2, 3)
