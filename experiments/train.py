@@ -41,7 +41,7 @@ from envs import task_spec
 from envs.tokenizer import BOS_ID, EOS_ID, PAD_ID, VOCAB_SIZE, build_char_tokenizer
 from experiments.config import ConfigError, TrainConfig, build_task, to_dict, to_yaml
 from experiments.metrics import reduce, rename
-from rollout.engine import Generation, HFEngine, SamplingParams, repeat_prompts
+from rollout.engine import Generation, HFEngine, SamplingParams, make_engine, repeat_prompts
 from rollout.models import ValueModel, build_policy, frozen_copy, n_params
 from rollout.scoring import score, score_values
 from rollout.sft import cached_warm_start, encode_prompts, sft_train
@@ -241,11 +241,7 @@ def make_setup(cfg: TrainConfig, task, tokenizer, policy, sft_info: dict | None 
     # headroom past the longest reference answer, so length can vary (and DAPO's overlong band, max_new -
     # overlong_cache, starts beyond every correct answer)
     max_new = cfg.rollout.max_new_tokens or task.max_response_len() + 6
-    if cfg.rollout.engine == "vllm":
-        from rollout.vllm_engine import VLLMEngine
-        engine = VLLMEngine(ckpt)
-    else:
-        engine = HFEngine(policy)
+    engine = make_engine(cfg.rollout.engine, policy, **cfg.rollout.engine_settings())
     sampling = SamplingParams(max_new, cfg.rollout.temperature, cfg.rollout.top_p, EOS_ID, PAD_ID)
     eval_sampling = SamplingParams(max_new, cfg.rollout.temperature, cfg.rollout.top_p, EOS_ID, PAD_ID)
     # special tokens other than <eos> inside a response make it invalid (decoding would silently drop them)
@@ -369,6 +365,34 @@ def rollout(s: Setup, problems: list, group_size: int, params: SamplingParams, g
 
 
 # ---------------------------------------------------------------------------------------------------------
+# engine log-probs: engines whose kernels differ from the trainer's (vLLM) have their old log-probs recomputed
+
+
+def recompute_old_logp(s: Setup, b: Batch) -> torch.Tensor | None:
+    """When the engine asks for it (``engine.recompute_logp``), replace ``b.old_logp`` by the trainer's
+    teacher-forced log-probs of the sampled tokens; return |engine - trainer| over the valid tokens (1-D), else
+    None. The trainer's numbers make the first minibatch's ratio exactly 1, as with the hf engine."""
+    if not getattr(s.engine, "recompute_logp", False):
+        return None
+    with torch.no_grad(), timed(s, "old_logp"):
+        sc = score(s.policy, b.prompt_ids, b.prompt_mask, b.response_ids, b.response_mask,
+                   temperature=s.cfg.rollout.temperature, with_entropy=False)
+        diff = (sc.logp - b.old_logp)[b.response_mask].abs()
+        b.old_logp = sc.logp.masked_fill(~b.response_mask, 0.0)
+    return diff
+
+
+def engine_logp_metrics(diffs: list) -> dict:
+    diffs = [d for d in diffs if d is not None]
+    if not diffs:
+        return {}
+    d = torch.cat(diffs)
+    if not d.numel():
+        return {}
+    return {"rollout/engine_logp_abs_diff_mean": float(d.mean()), "rollout/engine_logp_abs_diff_max": float(d.max())}
+
+
+# ---------------------------------------------------------------------------------------------------------
 # evaluation
 
 
@@ -410,11 +434,13 @@ def collect(s: Setup, step: int, state: dict) -> tuple[Batch, Batch, dict]:
     filt = obj.filters
     kept: list[Batch] = []
     everything: list[Batch] = []
+    engine_diffs: list = []
     n_kept, rounds = 0, 0
     while True:
         problems = s.task.prompts(cfg.effective_data_seed, state["prompt_index"], n_prompts)
         state["prompt_index"] += n_prompts
         b = rollout(s, problems, G, s.sampling, _gen(cfg.seed, step, 10 + rounds))
+        engine_diffs.append(recompute_old_logp(s, b))
         rounds += 1
         if filt.overlong_penalty:
             lengths = b.response_mask.sum(-1)
@@ -435,7 +461,7 @@ def collect(s: Setup, step: int, state: dict) -> tuple[Batch, Batch, dict]:
         if n_kept >= n_prompts or not filt.dynamic_sampling or rounds >= filt.max_rounds:
             break
     allb = concat_batches(everything)
-    m = {"rollout/rounds": rounds, "rollout/groups_kept": n_kept}
+    m = {"rollout/rounds": rounds, "rollout/groups_kept": n_kept, **engine_logp_metrics(engine_diffs)}
     if G > 1:
         m["rollout/zero_var_frac"] = first_zero_var
     if not kept:
@@ -670,6 +696,7 @@ def train(cfg: TrainConfig, *, progress: bool = True, cache_dir=None, meta_extra
     else:
         for name in ("metrics.jsonl", "eval.jsonl", "samples.jsonl"):
             JsonlWriter.truncate_after(run_dir / name, state["step"])
+        s.engine.sync_weights(s.policy)  # the engine was built from the warm start, the policy is the checkpoint's
     meta = {"run": cfg.run_name, "seed": cfg.seed, "data_seed": cfg.effective_data_seed,
             "objective": cfg.objective.name, "commit": _git_commit(), "versions": _versions(),
             "host": socket.gethostname(), "threads": torch.get_num_threads(),
@@ -736,6 +763,7 @@ def train_step(s: Setup, state: dict, opt, critic_opt) -> tuple[dict, Batch]:
     m = {**rollout_metrics(all_b, s.task), **cm}
     if train_b is not None:
         m.update(update(s, train_b, opt, critic_opt, step))
+        s.engine.sync_weights(s.policy)  # the next rollout (and evaluation) samples from the updated weights
     t2 = time.perf_counter()
     state["tokens"] += m["rollout/tokens"]
     state["elapsed"] += t2 - t0
