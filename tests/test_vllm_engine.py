@@ -42,7 +42,9 @@ def engine(policy, tmp_path_factory):
     from rollout.vllm_engine import VLLMEngine
 
     folder = tmp_path_factory.mktemp("tiny_h32")  # the engine save_pretrained()s the policy here and starts on it
-    eng = VLLMEngine(policy, kv_cache_gb=0.0625, weights_dir=str(folder))
+    # KV blocks of 32 tokens (CPU default 128, more than max_model_len 64): long prompts fill whole blocks, which
+    # the prefix cache keeps between requests
+    eng = VLLMEngine(policy, kv_cache_gb=0.0625, weights_dir=str(folder), llm_kwargs={"block_size": 32})
     print(f"\nvLLM engine start-up: {eng.startup_s:.1f} s")
     yield eng
     eng.close()
@@ -147,6 +149,24 @@ def test_a_weight_change_changes_the_samples_and_sync_makes_them_match(engine, p
     again = engine.generate(ids, mask, p, _gen(3))
     assert torch.equal(again.response_ids, before.response_ids)
     assert torch.allclose(again.logp, before.logp, atol=1e-6)
+
+
+def test_sync_invalidates_prompt_blocks_cached_with_the_old_weights(engine, policy):
+    # 41-token prompts: one full 32-token block per prompt, cached by the first request and matched by the next
+    ids, mask = _prompts(4, texts=("1+2+3+4+5+6+7+8+9+10+11+12+13+14+15+16=", "9" * 20 + "+" + "8" * 19 + "="))
+    p = SamplingParams(8)
+    engine.generate(ids, mask, p, _gen(5))
+    other = copy.deepcopy(policy)
+    with torch.no_grad():
+        for prm in other.parameters():
+            prm.mul_(1.5)
+    try:
+        engine.sync_weights(other)
+        gen = engine.generate(ids, mask, p, _gen(5))
+        mx, _ = _mismatch(other, ids, mask, gen)
+        assert mx < LOGP_ATOL, f"samples attend to prompt blocks computed with the old weights (|dlogp| {mx})"
+    finally:
+        engine.sync_weights(policy)
 
 
 def test_prompt_longer_than_the_engine_allows_is_a_clear_error(engine):
