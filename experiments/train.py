@@ -44,7 +44,7 @@ from experiments.config import ConfigError, TrainConfig, build_task, check_model
 from experiments.errors import RunFolderError
 from experiments.metrics import reduce, rename
 from rollout.bundle import DTYPES, Codec, char_codec, fingerprint_folder, load_hf, resolve_device
-from rollout.engine import Generation, HFEngine, SamplingParams, repeat_prompts
+from rollout.engine import Generation, HFEngine, SamplingParams, make_engine, repeat_prompts
 from rollout.models import ValueModel, build_policy, frozen_copy, n_params
 from rollout.scoring import score, score_values
 from rollout.sft import cached_warm_start, sft_train
@@ -313,11 +313,7 @@ def make_setup(cfg: TrainConfig, task, codec, policy, sft_info: dict | None = No
     reference = frozen_copy(policy) if needs_ref else None
     critic = ValueModel(policy).to(device=device, dtype=DTYPES[cfg.model.dtype]) if obj.adv.estimator == "gae" else None
     max_new = max_new_tokens(cfg, task)
-    if cfg.rollout.engine == "vllm":
-        from rollout.vllm_engine import VLLMEngine
-        engine = VLLMEngine(ckpt)
-    else:
-        engine = HFEngine(policy)
+    engine = make_engine(cfg.rollout.engine, policy, **cfg.rollout.engine_settings())
     sampling = SamplingParams(max_new, cfg.rollout.temperature, cfg.rollout.top_p, codec.eos_id, codec.pad_id)
     eval_sampling = SamplingParams(max_new, cfg.rollout.temperature, cfg.rollout.top_p, codec.eos_id, codec.pad_id)
     # special tokens other than <eos> inside a response make it invalid (decoding would silently drop them)
@@ -428,6 +424,9 @@ def rollout(s: Setup, problems: list, group_size: int, params: SamplingParams, g
     p_ids, p_mask = repeat_prompts(p_ids.to(s.device), p_mask.to(s.device), group_size)
     with timed(s, "sample"):
         gen: Generation = s.engine.generate(p_ids, p_mask, params, generator)
+        if gen.response_ids.device != s.device:  # an engine of its own (vLLM) answers on the CPU
+            gen = Generation(*(x.to(s.device) for x in (gen.response_ids, gen.response_mask, gen.logp,
+                                                         gen.truncated)))
     with timed(s, "reward"):
         texts = decode_responses(s.tokenizer, gen.response_ids.masked_fill(~gen.response_mask, s.codec.pad_id).cpu())
         if s.bad_ids is not None and len(s.bad_ids):
@@ -443,6 +442,34 @@ def rollout(s: Setup, problems: list, group_size: int, params: SamplingParams, g
                  torch.tensor([r.correct for r in results], device=dev),
                  torch.tensor([p.difficulty for p in probs], device=dev), texts, probs,
                  [getattr(r, "reason", "") for r in results])
+
+
+# ---------------------------------------------------------------------------------------------------------
+# engine log-probs: engines whose kernels differ from the trainer's (vLLM) have their old log-probs recomputed
+
+
+def recompute_old_logp(s: Setup, b: Batch) -> torch.Tensor | None:
+    """When the engine asks for it (``engine.recompute_logp``), replace ``b.old_logp`` by the trainer's
+    teacher-forced log-probs of the sampled tokens; return |engine - trainer| over the valid tokens (1-D), else
+    None. The trainer's numbers make the first minibatch's ratio exactly 1, as with the hf engine."""
+    if not getattr(s.engine, "recompute_logp", False):
+        return None
+    with torch.no_grad(), timed(s, "old_logp"):
+        sc = score(s.policy, b.prompt_ids, b.prompt_mask, b.response_ids, b.response_mask,
+                   temperature=s.cfg.rollout.temperature, with_entropy=False)
+        diff = (sc.logp - b.old_logp)[b.response_mask].abs()
+        b.old_logp = sc.logp.masked_fill(~b.response_mask, 0.0)
+    return diff
+
+
+def engine_logp_metrics(diffs: list) -> dict:
+    diffs = [d for d in diffs if d is not None]
+    if not diffs:
+        return {}
+    d = torch.cat(diffs)
+    if not d.numel():
+        return {}
+    return {"rollout/engine_logp_abs_diff_mean": float(d.mean()), "rollout/engine_logp_abs_diff_max": float(d.max())}
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -487,11 +514,13 @@ def collect(s: Setup, step: int, state: dict) -> tuple[Batch, Batch, dict]:
     filt = obj.filters
     kept: list[Batch] = []
     everything: list[Batch] = []
+    engine_diffs: list = []
     n_kept, rounds = 0, 0
     while True:
         problems = s.task.prompts(cfg.effective_data_seed, state["prompt_index"], n_prompts)
         state["prompt_index"] += n_prompts
         b = rollout(s, problems, G, s.sampling, _gen(cfg.seed, step, 10 + rounds, s.device))
+        engine_diffs.append(recompute_old_logp(s, b))
         rounds += 1
         if filt.overlong_penalty:
             lengths = b.response_mask.sum(-1)
@@ -512,7 +541,7 @@ def collect(s: Setup, step: int, state: dict) -> tuple[Batch, Batch, dict]:
         if n_kept >= n_prompts or not filt.dynamic_sampling or rounds >= filt.max_rounds:
             break
     allb = concat_batches(everything, s.codec.pad_id)
-    m = {"rollout/rounds": rounds, "rollout/groups_kept": n_kept}
+    m = {"rollout/rounds": rounds, "rollout/groups_kept": n_kept, **engine_logp_metrics(engine_diffs)}
     if G > 1:
         m["rollout/zero_var_frac"] = first_zero_var
     if not kept:
@@ -801,6 +830,7 @@ def _train(cfg: TrainConfig, *, progress: bool, cache_dir, meta_extra: dict | No
     else:
         for name in ("metrics.jsonl", "eval.jsonl", "samples.jsonl"):
             JsonlWriter.truncate_after(run_dir / name, state["step"])
+        s.engine.sync_weights(s.policy)  # the engine was built from the warm start, the policy is the checkpoint's
     meta = {"run": cfg.run_name, "seed": cfg.seed, "data_seed": cfg.effective_data_seed,
             "objective": cfg.objective.name, "commit": _git_commit(), "versions": _versions(),
             "host": socket.gethostname(), "threads": torch.get_num_threads(),
@@ -872,6 +902,7 @@ def train_step(s: Setup, state: dict, opt, critic_opt) -> tuple[dict, Batch]:
     m = {**rollout_metrics(all_b, s.task), **cm}
     if train_b is not None:
         m.update(update(s, train_b, opt, critic_opt, step))
+        s.engine.sync_weights(s.policy)  # the next rollout (and evaluation) samples from the updated weights
     t2 = time.perf_counter()
     state["tokens"] += m["rollout/tokens"]
     state["elapsed"] += t2 - t0
@@ -910,6 +941,12 @@ def _wandb_init(cfg: TrainConfig, run_dir: Path, meta: dict):
     run_id = id_file.read_text().strip() if id_file.is_file() else f"{safe}-{os.urandom(4).hex()}"
     id_file.write_text(run_id)
     kw = {"mode": _wandb_mode()} if _wandb_mode() else {}
-    return wandb.init(project=cfg.log.wandb_project, name=cfg.run_name, id=run_id, resume="allow",
-                      dir=str(run_dir), config=to_dict(cfg), group=meta.get("sweep") or None,
-                      tags=[t for t in (meta.get("arm"), f"seed{cfg.seed}") if t], **kw)
+    for attempt in range(10):
+        try:
+            return wandb.init(project=cfg.log.wandb_project, name=cfg.run_name, id=run_id, resume="allow",
+                              dir=str(run_dir), config=to_dict(cfg), group=meta.get("sweep") or None,
+                              tags=[t for t in (meta.get("arm"), f"seed{cfg.seed}") if t], **kw)
+        except Exception as e:  # after a hard crash wandb's service may hold the run for a few seconds
+            if "in use" not in str(e) or attempt == 9:
+                raise
+            time.sleep(2)

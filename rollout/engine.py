@@ -1,8 +1,14 @@
 """Rollout engines: sample completions and their behaviour log-probs.
 
 An engine takes left-padded prompts (already repeated G times by the caller, so group i occupies rows
-[i*G, (i+1)*G)) and returns one ``Generation``. The training loop only sees this interface, so a vLLM
-engine (rollout/vllm_engine.py) drops in for GPU runs without touching the loop.
+[i*G, (i+1)*G)) and returns one ``Generation``. The training loop only sees this interface: engines are
+registered factories (``ENGINES``, ``register_engine``, ``make_engine(name, policy, **settings)``), so the
+vLLM engine (rollout/vllm_engine.py) drops in without touching the loop. The loop calls
+``engine.sync_weights(policy)`` after every optimizer update and after a checkpoint resume.
+
+An engine whose behaviour log-probs are not the trainer's own function (other kernels, another dtype) sets
+``recompute_logp = True``: the loop then rescores the sampled tokens with the trainer and uses those as the
+old log-probs (verl and TRL do the same), logging the engine/trainer difference.
 
 Behaviour log-probs are log-softmax(logits / temperature) of the sampled token, *before* top-p truncation
 (the convention of verl and TRL: the ratio compares the policy at the sampling temperature, and the top-p
@@ -13,7 +19,7 @@ the same weights (tests/test_rollout.py checks this).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Callable, Protocol
 
 import torch
 
@@ -51,6 +57,10 @@ class Generation:
 
 
 class RolloutEngine(Protocol):
+    recompute_logp: bool
+    """True when the behaviour log-probs come from other kernels than the trainer's forward: the loop rescores
+    the samples with the trainer (old log-probs) and logs the difference"""
+
     def generate(self, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, params: SamplingParams,
                  generator: torch.Generator | None = None) -> Generation: ...
 
@@ -82,6 +92,8 @@ class HFEngine:
     cache, Llama-family models go through rollout/fastlm.py (same sampler, lean forward, finished rows dropped);
     other models, or a model marked ``_objbench_forward = "hf"``, through the transformers forward.
     """
+
+    recompute_logp = False  # the sampler's log-probs are the trainer's (same module, tests/test_rollout.py)
 
     def __init__(self, model: torch.nn.Module, use_cache: bool = True):
         self.model = model
@@ -154,3 +166,40 @@ class HFEngine:
 def repeat_prompts(prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, group_size: int):
     """Rows [i*G, (i+1)*G) are G copies of prompt i (the group layout algos/ expects)."""
     return prompt_ids.repeat_interleave(group_size, 0), prompt_mask.repeat_interleave(group_size, 0)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# registry
+
+EngineFactory = Callable[..., RolloutEngine]
+ENGINES: dict[str, EngineFactory] = {}
+"""name -> factory(policy, **settings) returning a RolloutEngine"""
+
+
+def register_engine(name: str, factory: EngineFactory) -> EngineFactory:
+    """Register a rollout engine factory under ``name`` (``rollout.engine=name``); duplicates raise."""
+    if name in ENGINES:
+        raise ValueError(f"rollout engine {name!r} is already registered")
+    ENGINES[name] = factory
+    return factory
+
+
+def make_engine(name: str, policy: torch.nn.Module, **settings) -> RolloutEngine:
+    """The engine ``name`` built around the start policy (the loop syncs later weights into it)."""
+    if name not in ENGINES:
+        raise ValueError(f"unknown rollout engine {name!r}; registered: {', '.join(ENGINES)}")
+    return ENGINES[name](policy, **settings)
+
+
+def _hf_engine(policy: torch.nn.Module, use_cache: bool = True) -> HFEngine:
+    return HFEngine(policy, use_cache=use_cache)
+
+
+def _vllm_engine(policy: torch.nn.Module, **settings) -> RolloutEngine:
+    from rollout.vllm_engine import VLLMEngine  # imports vLLM only when chosen
+
+    return VLLMEngine(policy, **settings)
+
+
+register_engine("hf", _hf_engine)
+register_engine("vllm", _vllm_engine)

@@ -17,11 +17,35 @@ from torch import nn
 from transformers import AutoModelForCausalLM, LlamaConfig, LlamaForCausalLM, PreTrainedModel
 
 # Named tiny Llama-architecture families for CPU work. Parameter counts are for the 24-token character
-# vocabulary of envs.tokenizer (tied embeddings): tiny ~0.13M, small ~1.05M.
+# vocabulary of envs.tokenizer (tied embeddings): tiny ~0.13M, small ~1.05M. tiny has head_dim 16, which vLLM's
+# CPU attention rejects (it supports 32, 64, 80, ...; small has 32); tiny_h32 is tiny with 2 heads of 32 (same
+# parameter count) for rollout.engine=vllm on a CPU. Never change an existing entry: committed results and
+# cached warm starts depend on them.
 TINY_ARCHS: dict[str, dict] = {
     "tiny": dict(hidden_size=64, intermediate_size=256, num_hidden_layers=2, num_attention_heads=4),
     "small": dict(hidden_size=128, intermediate_size=512, num_hidden_layers=4, num_attention_heads=4),
+    "tiny_h32": dict(hidden_size=64, intermediate_size=256, num_hidden_layers=2, num_attention_heads=2),
 }
+
+
+def head_dim(arch: str) -> int | None:
+    """Attention head size of a built-in arch or of a local model directory's config.json (None if unknown)."""
+    if arch in TINY_ARCHS:
+        spec = TINY_ARCHS[arch]
+        return spec["hidden_size"] // spec["num_attention_heads"]
+    cfg_file = os.path.join(arch, "config.json")
+    if not os.path.isfile(cfg_file):
+        return None
+    import json
+
+    with open(cfg_file) as fh:
+        cfg = json.load(fh)
+    cfg = cfg.get("text_config", cfg)  # multimodal wrappers keep the LM's settings in text_config
+    if cfg.get("head_dim"):
+        return int(cfg["head_dim"])
+    if cfg.get("hidden_size") and cfg.get("num_attention_heads"):
+        return int(cfg["hidden_size"]) // int(cfg["num_attention_heads"])
+    return None
 
 
 def build_policy(arch: str, vocab_size: int, *, seed: int, max_positions: int = 64,

