@@ -5,11 +5,15 @@ results copied from a cluster.
 
     from analysis import load_runs, write_report
     runs = load_runs("results/runs/quickstart")       # long DataFrames: runs.metrics, runs.evals, runs.configs
-    write_report("results/runs/quickstart")           # -> results/runs/quickstart/report/report.md
+    write_report("results/runs/quickstart")           # -> results/runs/quickstart/report/report.md (+ runs.csv.gz)
+    write_report(data="results/quickstart/runs.csv.gz", out_dir="/tmp/q")   # the same tables from the data alone
 
-Modules: ``load`` (reading), ``stats`` (bootstrap CIs, IQM, P(X > Y), pass@k, curve bands), ``plots`` (figures
-from precomputed numbers), ``tables`` (final tables with provenance), ``report`` (all of it into report.md),
-``synthetic`` (a fake sweep for tests and demos).
+Modules: ``load`` (reading), ``stats`` (intervals of a mean: t below 10 seeds, BCa from 10; IQM, P(X > Y), pass@k,
+curve bands), ``inference`` (paired differences: t / BCa intervals, exact sign and permutation tests, Holm,
+verdicts), ``prereg`` (the comparisons a sweep spec declares, and windows), ``data`` (the committed per-study data
+file), ``provenance`` (commit, tree state, versions, wall time; no report into results/ from a dirty tree),
+``plots`` (figures from precomputed numbers), ``tables`` (final tables with provenance), ``report`` (all of it into
+report.md), ``studies`` (study sections), ``synthetic`` (fake sweeps for tests and demos).
 """
 
 from analysis.load import Runs, load_runs

@@ -85,6 +85,9 @@ class Runs:
         sweep: sweep.json as a dict, or one synthesised from the runs (``spec_hash``/``command`` None); ``arms`` is
             the full arm order, ``seeds`` the sorted seeds, ``run_commits`` the distinct commits in meta.json.
         skipped: runs that were not loaded, with reasons.
+        samples: sample counts (run, step, length, correct, count) when read from a data file that has them
+            (``analysis.data``); None otherwise (studies then read samples.jsonl from the run folders).
+        meta: runs_meta.json when read from a data file (``analysis.data.read_data``); {} for run folders.
     """
 
     root: Path
@@ -93,6 +96,8 @@ class Runs:
     configs: pd.DataFrame
     sweep: dict[str, Any]
     skipped: tuple[SkippedRun, ...] = field(default_factory=tuple)
+    samples: pd.DataFrame | None = None
+    meta: dict[str, Any] = field(default_factory=dict)
 
     @property
     def arms(self) -> list[str]:
@@ -113,12 +118,12 @@ class Runs:
     @property
     def metric_names(self) -> list[str]:
         """Metric keys found in metrics.jsonl, in order of first appearance."""
-        return list(pd.unique(self.metrics["metric"]))
+        return list(pd.unique(self.metrics["metric"])) if "metric" in self.metrics.columns else []
 
     @property
     def eval_names(self) -> list[str]:
         """Metric keys found in eval.jsonl, in order of first appearance."""
-        return list(pd.unique(self.evals["metric"]))
+        return list(pd.unique(self.evals["metric"])) if "metric" in self.evals.columns else []
 
 
 # ---------------------------------------------------------------------------------------------- low level

@@ -14,22 +14,34 @@ regenerated from results copied off a cluster.
   of training, per (estimator, placement) arm.
 - ``off_policy``: clip fractions, the spread of the token and sequence log-ratios, gradient-norm stability, and
   whether GRPO and GSPO coincide at one minibatch per rollout.
+
+Intervals over seeds are t intervals below 10 seeds (BCa from 10; the tables say which). Paired comparisons that
+the sweep spec declares get their verdicts in the report's "Pre-registered comparisons" section and are not
+repeated here; the paired tables below hold only the others, labelled exploratory: no verdict, p-values (exact
+sign and permutation tests) not adjusted.
 """
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
-from analysis.stats import bootstrap_ci
+from analysis.inference import compare_exploratory
+from analysis.prereg import Endpoint, Window, paired_differences, per_run_values
+from analysis.stats import mean_ci
 
 STUDIES = ("length_bias", "difficulty_bias", "kl_estimators", "off_policy")
+NEEDS_SAMPLES = frozenset({"length_bias"})
+"""Studies that read samples.jsonl; their report's data folder carries the sample counts (samples.csv.gz)."""
 START = (1, 20)      # steps of the "start" window
 END_STEPS = 50       # the "end" window: the last 50 steps of each run
+END = Window("last", k=END_STEPS)
+"""The end window as a pre-registration window: the mean of the last 50 logged steps."""
+GAIN = Window("change", start=Window("steps", lo=START[0], hi=START[1]), end=END)
+"""Start -> end change: mean over the last 50 steps minus the mean over steps 1-20."""
 
 
 def _fmt(v, d=3):
@@ -52,7 +64,8 @@ def per_run_window(runs, metric: str, lo: int | None, hi: int | None, last: int 
 
 
 def window_table(runs, metrics: list[str], n_resamples: int = 10_000) -> pd.DataFrame:
-    """Per arm and metric: start-window mean, end-window mean, mean per-seed change with a 95% bootstrap CI."""
+    """Per arm and metric: start-window mean, end-window mean, mean per-seed change with a 95% interval (t below 10
+    seeds, BCa from 10; column ``interval``)."""
     rows = []
     for metric in metrics:
         a = per_run_window(runs, metric, *START)
@@ -65,15 +78,17 @@ def window_table(runs, metrics: list[str], n_resamples: int = 10_000) -> pd.Data
             if r.empty:
                 continue
             d = (r["value_end"] - r["value_start"]).to_numpy()
-            ci = bootstrap_ci(d, n_resamples=n_resamples) if len(d) > 1 else None
+            ci = mean_ci(d, n_resamples=n_resamples)
             rows.append({"metric": metric, "arm": arm, "n": len(r), "start": r["value_start"].mean(),
-                         "end": r["value_end"].mean(), "change": d.mean(),
-                         "ci_low": ci.low if ci else float("nan"), "ci_high": ci.high if ci else float("nan")})
-    return pd.DataFrame(rows)
+                         "end": r["value_end"].mean(), "change": d.mean(), "ci_low": ci.low, "ci_high": ci.high,
+                         "interval": ci.method})
+    return pd.DataFrame(rows, columns=["metric", "arm", "n", "start", "end", "change", "ci_low", "ci_high",
+                                       "interval"])
 
 
 def end_table(runs, metrics: list[str], n_resamples: int = 10_000) -> pd.DataFrame:
-    """Per arm and metric: mean over the end window, mean over seeds with a 95% bootstrap CI."""
+    """Per arm and metric: mean over the end window, mean over seeds with a 95% interval (t below 10 seeds, BCa from
+    10; column ``interval``)."""
     rows = []
     for metric in metrics:
         b = per_run_window(runs, metric, None, None, last=END_STEPS).dropna()
@@ -81,53 +96,80 @@ def end_table(runs, metrics: list[str], n_resamples: int = 10_000) -> pd.DataFra
             v = b[b["arm"] == arm]["value"].to_numpy()
             if len(v) == 0:
                 continue
-            ci = bootstrap_ci(v, n_resamples=n_resamples) if len(v) > 1 else None
-            rows.append({"metric": metric, "arm": arm, "n": len(v), "mean": v.mean(),
-                         "ci_low": ci.low if ci else float("nan"), "ci_high": ci.high if ci else float("nan")})
-    return pd.DataFrame(rows)
+            ci = mean_ci(v, n_resamples=n_resamples)
+            rows.append({"metric": metric, "arm": arm, "n": len(v), "mean": v.mean(), "ci_low": ci.low,
+                         "ci_high": ci.high, "interval": ci.method})
+    return pd.DataFrame(rows, columns=["metric", "arm", "n", "mean", "ci_low", "ci_high", "interval"])
 
 
-def paired_diff(runs, metric: str, a: str, b: str, change: bool = False, n_resamples: int = 10_000) -> dict:
-    """Per-seed difference arm a - arm b of the end-window mean of ``metric`` (or of its start -> end change),
-    mean over seeds with a 95% bootstrap CI (seeds resampled as pairs)."""
-    def per_seed(arm):
-        e = per_run_window(runs, metric, None, None, last=END_STEPS)
-        e = e[e["arm"] == arm].set_index("seed")["value"]
-        if change:
-            s = per_run_window(runs, metric, *START)
-            e = e - s[s["arm"] == arm].set_index("seed")["value"]
-        return e
-    d = (per_seed(a) - per_seed(b)).dropna()
-    if len(d) < 2:
-        return {"a": a, "b": b, "metric": metric, "n": len(d), "mean": float("nan"), "lo": float("nan"),
-                "hi": float("nan")}
-    ci = bootstrap_ci(d.to_numpy(), n_resamples=n_resamples)
-    return {"a": a, "b": b, "metric": metric, "n": len(d), "mean": float(d.mean()), "lo": ci.low, "hi": ci.high,
-            "wins": int((d > 0).sum())}
+def _endpoint_values(runs, e: Endpoint) -> pd.DataFrame:
+    frame = runs.evals if e.metric in set(runs.eval_names) else runs.metrics
+    return per_run_values(frame, e.metric, e.window)
 
 
-def _md_paired(rows: list[dict], what: str, digits: int = 3) -> list[str]:
-    L = [f"| {what} | metric | seeds | mean difference | 95% CI | seeds with a > b |", "|---|---|---|---|---|---|"]
+def paired_diff(runs, metric: str, a: str, b: str, change: bool = False, n_resamples: int = 10_000,
+                window: Window | None = None) -> dict:
+    """Per-seed difference arm a - arm b of ``metric`` over the end window (last 50 steps), or of its start -> end
+    change (``change=True``), or over ``window``: mean over seeds, 95% t interval (BCa from 10 seeds), exact sign and
+    permutation tests (unadjusted: exploratory)."""
+    e = Endpoint(metric, window or (GAIN if change else END))
+    vals = _endpoint_values(runs, e)
+    seeds, d = paired_differences(vals, a, b) if not vals.empty else ([], [])
+    c = compare_exploratory([(a, b, e.label(), seeds, d)], n_resamples=n_resamples)[0]
+    iv = c.bca if c.bca is not None else c.t
+    return {"a": a, "b": b, "metric": metric, "endpoint": e, "n": c.n, "mean": c.mean, "lo": iv.low, "hi": iv.high,
+            "interval": iv.method, "wins": c.sign.n_pos, "sign_p": c.sign.p, "perm_p": c.perm.p}
+
+
+def _undeclared(rows: list[dict], plan) -> tuple[list[dict], int]:
+    """Rows whose (endpoint, a, b) the plan does not declare, and how many were left out as declared."""
+    if plan is None or not plan.declared:
+        return rows, 0
+    declared = {(e, c) for e in plan.endpoints for c in plan.comparisons}
+    keep = [r for r in rows if (r["endpoint"], (r["a"], r["b"])) not in declared]
+    return keep, len(rows) - len(keep)
+
+
+def _fmt_p(p) -> str:
+    return "n/a" if p is None or not math.isfinite(p) else f"{p:.3g}"
+
+
+def _md_paired(rows: list[dict], what: str, digits: int = 3, declared_left_out: int = 0) -> list[str]:
+    """An exploratory paired table (no verdict, p-values unadjusted); declared comparisons are left out and
+    counted in a note."""
+    L = []
+    if declared_left_out:
+        L += [f"{declared_left_out} of these comparisons are declared in the sweep spec: their verdicts are in "
+              "'Pre-registered comparisons' above.", ""]
+    if not rows:
+        return L + ["(Every comparison of this table is declared in the sweep spec.)"]
+    L += ["*Exploratory: not pre-registered, no verdict, p-values not adjusted for multiplicity.*", "",
+          f"| {what} | metric | seeds | mean difference | 95% CI | interval | seeds with a > b | sign p | "
+          "permutation p |", "|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
-        L.append(f"| {r['a']} - {r['b']} | {r['metric']} | {r['n']} | {r['mean']:+.{digits}f} | "
-                 f"[{r['lo']:+.{digits}f}, {r['hi']:+.{digits}f}] | {r.get('wins', 0)}/{r['n']} |")
+        ci = (f"[{r['lo']:+.{digits}f}, {r['hi']:+.{digits}f}]" if math.isfinite(r["lo"]) and math.isfinite(r["hi"])
+              else "n/a (n<2)")
+        mean = f"{r['mean']:+.{digits}f}" if math.isfinite(r["mean"]) else "n/a"
+        L.append(f"| {r['a']} - {r['b']} | {r['metric']} | {r['n']} | {mean} | {ci} | {r['interval']} | "
+                 f"{r.get('wins', 0)}/{r['n']} | {_fmt_p(r['sign_p'])} | {_fmt_p(r['perm_p'])} |")
     return L
 
 
 def _md_window(df: pd.DataFrame, digits: int = 3) -> list[str]:
-    L = ["| metric | arm | seeds | start (steps 1-20) | end (last 50 steps) | change | 95% CI of change |",
-         "|---|---|---|---|---|---|---|"]
+    L = ["| metric | arm | seeds | start (steps 1-20) | end (last 50 steps) | change | 95% CI of change | interval |",
+         "|---|---|---|---|---|---|---|---|"]
     for r in df.itertuples():
+        ci = (f"[{r.ci_low:+.{digits}f}, {r.ci_high:+.{digits}f}]" if math.isfinite(r.ci_low) else "n/a (n<2)")
         L.append(f"| {r.metric} | {r.arm} | {r.n} | {_fmt(r.start, digits)} | {_fmt(r.end, digits)} | "
-                 f"{r.change:+.{digits}f} | [{r.ci_low:+.{digits}f}, {r.ci_high:+.{digits}f}] |")
+                 f"{r.change:+.{digits}f} | {ci} | {r.interval} |")
     return L
 
 
 def _md_end(df: pd.DataFrame, digits: int = 3) -> list[str]:
-    L = ["| metric | arm | seeds | mean, last 50 steps | 95% CI |", "|---|---|---|---|---|"]
+    L = ["| metric | arm | seeds | mean, last 50 steps | 95% CI | interval |", "|---|---|---|---|---|---|"]
     for r in df.itertuples():
         L.append(f"| {r.metric} | {r.arm} | {r.n} | {_fmt(r.mean, digits)} | "
-                 f"[{_fmt(r.ci_low, digits)}, {_fmt(r.ci_high, digits)}] |")
+                 f"[{_fmt(r.ci_low, digits)}, {_fmt(r.ci_high, digits)}] | {r.interval} |")
     return L
 
 
@@ -151,23 +193,21 @@ def _colors(arms):
 
 
 def read_samples(runs) -> pd.DataFrame:
-    """samples.jsonl of every loaded run: run, arm, seed, step, length (characters), correct."""
-    rows = []
-    for c in runs.configs.itertuples():
-        p = Path(c.path) / "samples.jsonl"
-        if not p.exists():
-            continue
-        for line in p.read_text().splitlines():
-            try:
-                s = json.loads(line)
-            except json.JSONDecodeError:
-                continue
-            rows.append({"run": c.run, "arm": c.arm, "seed": c.seed, "step": s["step"],
-                         "length": len(s["response"]), "correct": bool(s["correct"])})
-    return pd.DataFrame(rows)
+    """Logged samples of every loaded run as counts: run, arm, seed, step, length (characters), correct (0/1), count.
+
+    From the data file when the runs were read from one (``runs.samples``), else from each run folder's
+    samples.jsonl (``analysis.data.read_samples_jsonl``)."""
+    from analysis.data import read_samples_jsonl
+
+    smp = runs.samples if runs.samples is not None else read_samples_jsonl(runs.configs)
+    cols = ["run", "arm", "seed", "step", "length", "correct", "count"]
+    if smp is None or smp.empty:
+        return pd.DataFrame(columns=cols)
+    info = runs.configs.set_index("run")
+    return smp.assign(arm=smp["run"].map(info["arm"]), seed=smp["run"].map(info["seed"]))[cols]
 
 
-def length_bias(runs, out: Path, dpi: int = 120) -> list[str]:
+def length_bias(runs, out: Path, dpi: int = 120, plan=None) -> list[str]:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -183,14 +223,15 @@ def length_bias(runs, out: Path, dpi: int = 120) -> list[str]:
          "normalisation does not. Measured on the filler task: responses may start with 0..filler_max '.' "
          "characters, so length is free and decoupled from correctness. Lengths in tokens (EOS included).", ""]
     L += _md_window(wt)
-    L += ["", "Change = end - start per seed, mean over seeds; CI: 95% percentile bootstrap over seeds. "
-          "Also in [length_bias.csv](length_bias.csv).", ""]
+    L += ["", "Change = end - start per seed, mean over seeds; CI: 95% interval over seeds (column interval: t below "
+          "10 seeds, BCa from 10). Also in [length_bias.csv](length_bias.csv).", ""]
     base = "seq_mean_token_mean"
     if base in arms:
         pr = [paired_diff(runs, m_, base, other) for m_ in ("length/incorrect", "length/correct")
               for other in arms if other != base]
+        pr, n_decl = _undeclared(pr, plan)
         L += ["Paired by seed (same warm start, same prompts), end window (last 50 steps):", ""]
-        L += _md_paired(pr, "a - b (tokens)") + [""]
+        L += _md_paired(pr, "a - b (tokens)", declared_left_out=n_decl) + [""]
     fig, axes = plt.subplots(1, len(arms), figsize=(4.2 * len(arms), 3.6), sharey=True, squeeze=False)
     for ax, arm in zip(axes[0], arms):
         for metric, style, lab in (("length/correct", "-", "correct"), ("length/incorrect", "--", "incorrect")):
@@ -215,9 +256,10 @@ def length_bias(runs, out: Path, dpi: int = 120) -> list[str]:
         fig, axes = plt.subplots(1, 2, figsize=(10, 3.8), sharey=True)
         for ax, (name, d) in zip(axes, phases.items()):
             for arm in arms:
-                g = d[d["arm"] == arm].groupby("length")["correct"].agg(["mean", "size"]).reset_index()
-                g = g[g["size"] >= 20]
-                ax.plot(g["length"], g["mean"], "o-", color=colors[arm], label=arm, ms=4)
+                a_ = d[d["arm"] == arm].assign(hits=lambda t: t["correct"] * t["count"])
+                g = a_.groupby("length")[["hits", "count"]].sum().reset_index()
+                g = g[g["count"] >= 20]
+                ax.plot(g["length"], g["hits"] / g["count"], "o-", color=colors[arm], label=arm, ms=4)
             ax.set_title(f"{name} (logged samples)", fontsize=10)
             ax.set_xlabel("response length (characters, EOS excluded)")
             ax.grid(alpha=0.3)
@@ -228,7 +270,8 @@ def length_bias(runs, out: Path, dpi: int = 120) -> list[str]:
         fig.savefig(out / "acc_vs_length.png", dpi=dpi)
         plt.close(fig)
         L += ["![accuracy against length](acc_vs_length.png)", "",
-              f"From samples.jsonl: {len(smp)} logged responses ({smp.groupby('run').size().iloc[0]} per run).", ""]
+              f"From samples.jsonl: {int(smp['count'].sum())} logged responses "
+              f"({int(smp.groupby('run')['count'].sum().iloc[0])} per run).", ""]
     return L
 
 
@@ -247,7 +290,7 @@ def closed_form_weight(k: int, G: int, scale: str, eps: float = 1e-6) -> float:
     return float("nan")  # batch std: depends on the batch
 
 
-def difficulty_bias(runs, out: Path, dpi: int = 120) -> list[str]:
+def difficulty_bias(runs, out: Path, dpi: int = 120, plan=None) -> list[str]:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -312,15 +355,16 @@ def difficulty_bias(runs, out: Path, dpi: int = 120) -> list[str]:
     if "group_std" in arms:
         pr = [paired_diff(runs, b_, other, "group_std", change=True) for b_ in buckets
               for other in arms if other != "group_std"]
+        pr, n_decl = _undeclared(pr, plan)
         L += ["Paired by seed: gain (end - start) of training accuracy per bucket, arm minus group_std:", ""]
-        L += _md_paired(pr, "a - b") + [""]
+        L += _md_paired(pr, "a - b", declared_left_out=n_decl) + [""]
     return L
 
 
 # ----------------------------------------------------------------------------------------------------- KL
 
 
-def kl_estimators(runs, out: Path, dpi: int = 120) -> list[str]:
+def kl_estimators(runs, out: Path, dpi: int = 120, plan=None) -> list[str]:
     et = end_table(runs, ["kl/exact", "kl/exact_fwd", "kl/k1", "kl/k2", "kl/k3", "reward/acc", "length/mean"])
     et.to_csv(out / "kl_training.csv", index=False)
     L = ["## Study: KL estimators in training", "",
@@ -332,7 +376,8 @@ def kl_estimators(runs, out: Path, dpi: int = 120) -> list[str]:
     if "no_kl" in runs.present_arms:
         pr = [paired_diff(runs, m_, arm, "no_kl") for m_ in ("kl/exact", "kl/exact_fwd", "reward/acc")
               for arm in runs.present_arms if arm != "no_kl"]
-        L += ["", "Paired by seed, end window, arm minus no_kl:", ""] + _md_paired(pr, "a - b", 4)
+        pr, n_decl = _undeclared(pr, plan)
+        L += ["", "Paired by seed, end window, arm minus no_kl:", ""] + _md_paired(pr, "a - b", 4, n_decl)
     L += ["", "Also in [kl_training.csv](kl_training.csv).", ""]
     return L
 
@@ -340,7 +385,7 @@ def kl_estimators(runs, out: Path, dpi: int = 120) -> list[str]:
 # ---------------------------------------------------------------------------------------------- off-policy
 
 
-def off_policy(runs, out: Path, dpi: int = 120) -> list[str]:
+def off_policy(runs, out: Path, dpi: int = 120, plan=None) -> list[str]:
     metrics = ["policy/clipfrac_low", "policy/clipfrac_high", "policy/log_ratio_std", "policy/seq_log_ratio_std",
                "optim/grad_norm", "reward/acc"]
     et = end_table(runs, metrics)
@@ -354,25 +399,22 @@ def off_policy(runs, out: Path, dpi: int = 120) -> list[str]:
          "log-ratio spreads are measured at the start of each optimizer step (0 on the first one).", ""]
     L += _md_end(et, 4)
     L += ["", "Stability: std over all steps of a run's gradient norm (before clipping), mean over seeds:", "",
-          "| arm | seeds | std of grad norm | 95% CI |", "|---|---|---|---|"]
+          "| arm | seeds | std of grad norm | 95% CI | interval |", "|---|---|---|---|---|"]
     for arm in runs.present_arms:
         v = stab[stab["arm"] == arm]["value"].dropna().to_numpy()
         if len(v):
-            ci = bootstrap_ci(v) if len(v) > 1 else None
-            L.append(f"| {arm} | {len(v)} | {v.mean():.4f} | "
-                     f"[{_fmt(ci.low if ci else float('nan'), 4)}, {_fmt(ci.high if ci else float('nan'), 4)}] |")
+            ci = mean_ci(v)
+            L.append(f"| {arm} | {len(v)} | {v.mean():.4f} | [{_fmt(ci.low, 4)}, {_fmt(ci.high, 4)}] | {ci.method} |")
     sp = []
     for g in [x for x in runs.present_arms if x.startswith("gspo")]:
         twin = "grpo" + g[len("gspo"):]
-        a = stab[stab["arm"] == g].set_index("seed")["value"]
-        b = stab[stab["arm"] == twin].set_index("seed")["value"]
-        d = (a - b).dropna()
-        if len(d) > 1:
-            ci = bootstrap_ci(d.to_numpy())
-            sp.append({"a": g, "b": twin, "metric": "std of grad norm", "n": len(d), "mean": float(d.mean()),
-                       "lo": ci.low, "hi": ci.high, "wins": int((d > 0).sum())})
-    if sp:
-        L += ["", "Paired by seed, GSPO minus GRPO:", ""] + _md_paired(sp, "a - b", 4)
+        if twin in runs.present_arms:
+            r = paired_diff(runs, "optim/grad_norm", g, twin, window=Window("std"))
+            if r["n"] > 1:
+                sp.append({**r, "metric": "optim/grad_norm (std over steps)"})
+    sp, n_decl = _undeclared(sp, plan)
+    if sp or n_decl:
+        L += ["", "Paired by seed, GSPO minus GRPO:", ""] + _md_paired(sp, "a - b", 4, n_decl)
     # do GRPO and GSPO coincide on-policy?
     a = [x for x in runs.present_arms if x.startswith("grpo") and x.endswith("=1")]
     b = [x for x in runs.present_arms if x.startswith("gspo") and x.endswith("=1")]
@@ -393,17 +435,19 @@ def off_policy(runs, out: Path, dpi: int = 120) -> list[str]:
         twin = "grpo" + g[len("gspo"):]
         if twin in runs.present_arms:
             pr += [paired_diff(runs, m_, g, twin) for m_ in ("reward/acc", "optim/grad_norm")]
-    if pr:
+    pr, n_decl = _undeclared(pr, plan)
+    if pr or n_decl:
         L += ["", "Paired by seed, end window, GSPO minus GRPO at the same number of minibatches:", ""]
-        L += _md_paired(pr, "a - b", 4)
+        L += _md_paired(pr, "a - b", 4, n_decl)
     L += ["", "Also in [off_policy.csv](off_policy.csv).", ""]
     return L
 
 
-def study_section(study: str, runs, out: Path, dpi: int = 120) -> list[str]:
-    """Markdown lines of a study's section (figures and CSVs written to ``out``)."""
+def study_section(study: str, runs, out: Path, dpi: int = 120, plan=None) -> list[str]:
+    """Markdown lines of a study's section (figures and CSVs written to ``out``). ``plan``: the report's
+    ``analysis.prereg.Plan``; paired comparisons it declares are left out of the study's exploratory tables."""
     fn = {"length_bias": length_bias, "difficulty_bias": difficulty_bias, "kl_estimators": kl_estimators,
           "off_policy": off_policy}.get(study)
     if fn is None:
         raise ValueError(f"unknown study {study!r}; valid: {', '.join(STUDIES)}")
-    return fn(runs, Path(out), dpi)
+    return fn(runs, Path(out), dpi, plan=plan)

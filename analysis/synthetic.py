@@ -140,3 +140,78 @@ def _write_run(d: Path, run: str, arm: str, s: int, ai: int, n_arms: int, steps:
     (d / "eval.jsonl").write_text("\n".join(evals) + "\n")
     if not half:
         (d / "done").write_text("")
+
+
+# ---------------------------------------------------------------------------------------------- study layouts
+
+STUDY_ARMS = {
+    "length_bias": ("seq_mean_token_mean", "token_mean", "seq_mean_token_sum_norm"),
+    "difficulty_bias": ("group_std", "batch_std", "no_std"),
+    "kl_estimators": ("no_kl", "k1_reward", "k2_reward", "k3_reward", "k1_loss", "k2_loss", "k3_loss"),
+    "off_policy": tuple(f"{o}-n_minibatches={k}" for o in ("grpo", "gspo") for k in (1, 2, 4)),
+}
+"""Arm names of each study sweep, as experiments/sweeps/<study>.yaml expands them."""
+
+
+def write_study_sweep(path: str | Path, study: str, seeds: Sequence[int] = (0, 1, 2), steps: int = 60,
+                      eval_every: int = 20, report: dict | None = None, seed: int = 0) -> Path:
+    """A fake sweep in the layout of one of the committed studies (the keys its report section reads).
+
+    On top of :func:`write_synthetic_sweep`: the study's arm names; its metrics (length_bias: samples.jsonl;
+    difficulty_bias: ``adv/group_weight_k{k}``, ``adv/groups_k{k}`` and ``objective.group_size/adv.scale/adv.eps`` in
+    config.yaml; kl_estimators: ``kl/exact_fwd``, ``kl/k1``, ``kl/k2``; off_policy: ``policy/log_ratio_std``,
+    ``policy/seq_log_ratio_std``, identical mean rewards of grpo and gspo at one minibatch for the first steps);
+    meta.json ``spec_hash`` and ``sft.weights_sha256`` (one warm start per seed); and the ``report:`` section
+    ``report`` (default ``{"primary": "eval/pass@1", "study": study}``, the section the committed runs were made
+    with) in both sweep.yaml and sweep.json, spec_hash recomputed.
+    """
+    import yaml
+
+    if study not in STUDY_ARMS:
+        raise ValueError(f"unknown study {study!r}; valid: {', '.join(STUDY_ARMS)}")
+    arms = STUDY_ARMS[study]
+    root = write_synthetic_sweep(path, arms=arms, seeds=seeds, steps=steps, eval_every=eval_every, name=study,
+                                 seed=seed, sampled_buckets=True)
+    report = report if report is not None else {"primary": "eval/pass@1", "study": study}
+    spec = (root / "sweep.yaml").read_text() + yaml.safe_dump({"report": report}, sort_keys=False)
+    (root / "sweep.yaml").write_text(spec)
+    info = json.loads((root / "sweep.json").read_text())
+    info.update(spec_hash=hashlib.sha256(spec.encode()).hexdigest()[:12], report=report)
+    (root / "sweep.json").write_text(json.dumps(info, indent=2))
+    G = 8
+    for ai, arm in enumerate(arms):
+        for s in seeds:
+            d = root / f"{arm}__s{s}"
+            rng = np.random.default_rng([seed, 99, ai, int(s)])
+            meta = json.loads((d / "meta.json").read_text())
+            meta.update(spec_hash=info["spec_hash"], sft={"weights_sha256": f"warm{int(s):012d}"})
+            (d / "meta.json").write_text(json.dumps(meta, indent=2))
+            scale = ("group", "batch", "none")[ai % 3]
+            (d / "config.yaml").write_text((d / "config.yaml").read_text() + yaml.safe_dump(
+                {"objective": {"group_size": G, "n_minibatches": 1, "adv": {"scale": scale, "eps": 1e-6}}}))
+            recs = [json.loads(ln) for ln in (d / "metrics.jsonl").read_text().splitlines()]
+            samples = []
+            for r in recs:
+                step = r["step"]
+                r["kl/exact_fwd"] = 2 * r["kl/exact"] + abs(rng.normal(0, 0.002))
+                r["kl/k1"] = r["kl/exact"] + rng.normal(0, 0.003)
+                r["kl/k2"] = 0.5 * r["kl/exact"] + abs(rng.normal(0, 0.001))
+                r["policy/log_ratio_std"] = 0.01 * (1 + ai % 3) + abs(rng.normal(0, 0.002))
+                r["policy/seq_log_ratio_std"] = r["policy/log_ratio_std"] / 2
+                if study == "off_policy" and arm.endswith("=1") and step <= 10:
+                    r["reward/mean"] = float(np.round(0.3 + 0.01 * step + 0.001 * int(s), 6))
+                counts = rng.multinomial(G, [0.2, 0.1, 0.1, 0.1, 0.1, 0.1, 0.1, 0.1, 0.1])
+                for k, n in enumerate(counts):
+                    if n:
+                        r[f"adv/groups_k{k}"] = int(n)
+                        w = 2 * k * (G - k) / G
+                        if scale == "group" and 0 < k < G:
+                            w /= np.sqrt(k * (G - k) / (G * (G - 1))) + 1e-6
+                        r[f"adv/group_weight_k{k}"] = float(w)
+                for _ in range(4):
+                    ok = bool(rng.random() < r["reward/acc"])
+                    samples.append({"step": step, "prompt": "1+2=", "response": "." * int(rng.integers(0, 5)) + "3",
+                                    "reward": float(ok), "correct": ok})
+            (d / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
+            (d / "samples.jsonl").write_text("".join(json.dumps(x) + "\n" for x in samples))
+    return root

@@ -4,11 +4,13 @@ What "final" means: the final score of a run is the mean of its last ``last_k`` 
 default ``last_k=1``, i.e. the evaluation at the last evaluated step). Step 0 (the start policy) is never
 counted as final unless it is the only point. The table says which k and which steps were used.
 
-Statistics per arm (analysis.stats): mean over runs with a 95% percentile-bootstrap CI over runs
-(10 000 resamples, seed 0), the IQM over runs, and the number of runs (seeds). The pairwise table gives
-P(X > Y) (Mann-Whitney probability of improvement, ties 1/2) with a two-sample bootstrap CI. The improvement
-table pairs each run's final score with its own step-0 score (the start policy) and bootstraps the mean of the
-per-seed differences.
+Statistics per arm (analysis.stats): mean over runs with a 95% CI over runs, the IQM over runs, and the number
+of runs (seeds). The CI is a Student t interval below 10 runs and a BCa bootstrap (10 000 resamples, seed 0) from
+10 on; never a percentile bootstrap on few seeds (at n = 3 it is exactly [min, max]). Every numeric table has an
+``interval`` column naming the method of each row ("t", "BCa", "none"). The pairwise table gives P(X > Y)
+(Mann-Whitney probability of improvement, ties 1/2), with a two-sample BCa CI only when both arms have >= 10
+runs. The improvement table pairs each run's final score with its own step-0 score (the start policy): the
+interval is over the per-seed differences.
 
 Provenance (the numbers' origin and the command that remakes them) is attached to every output:
 - Markdown: a ``Provenance:`` line directly under the table (hash, commit and commands as code spans).
@@ -29,7 +31,8 @@ from typing import Any, Sequence
 import numpy as np
 import pandas as pd
 
-from analysis.stats import DEFAULT_RESAMPLES, bootstrap_ci, iqm, prob_improvement, stratified_bootstrap_ci
+from analysis.stats import (CI, DEFAULT_RESAMPLES, MIN_BOOTSTRAP_N, iqm, mean_ci, prob_improvement,
+                            stratified_bootstrap_ci)
 
 __all__ = [
     "Provenance",
@@ -154,8 +157,9 @@ def final_table(frame: pd.DataFrame, metrics: Sequence[str], arms: Sequence[str]
         confidence, n_resamples, seed: bootstrap settings for the CI of the mean over runs.
 
     Returns:
-        Numeric DataFrame, columns metric, arm, n, mean, ci_low, ci_high, iqm, std, steps (the range of final
-        steps over runs, e.g. "200" or "150-200").
+        Numeric DataFrame, columns metric, arm, n, mean, ci_low, ci_high, interval (the CI's method: "t" below 10
+        runs, "BCa" from 10, "none" for one run), iqm, std, steps (the range of final steps over runs, e.g. "200" or
+        "150-200").
     """
     rows = []
     for metric in metrics:
@@ -164,25 +168,27 @@ def final_table(frame: pd.DataFrame, metrics: Sequence[str], arms: Sequence[str]
             continue
         for arm in _arm_order(arms, fs["arm"].tolist()):
             v = fs.loc[fs["arm"] == arm, "value"].to_numpy(dtype=float)
-            ci = bootstrap_ci(v, confidence=confidence, n_resamples=n_resamples, seed=seed)
+            ci = mean_ci(v, confidence=confidence, n_resamples=n_resamples, seed=seed)
             last = fs.loc[fs["arm"] == arm, "last_step"]
             first = fs.loc[fs["arm"] == arm, "first_step"]
             lo, hi = int(first.min()), int(last.max())
             rows.append({"metric": metric, "arm": arm, "n": len(v), "mean": ci.point, "ci_low": ci.low,
-                         "ci_high": ci.high, "iqm": iqm(v), "std": float(np.std(v, ddof=1)) if len(v) > 1 else np.nan,
+                         "ci_high": ci.high, "interval": ci.method, "iqm": iqm(v), "std": float(np.std(v, ddof=1)) if len(v) > 1 else np.nan,
                          "steps": str(lo) if lo == hi else f"{lo}-{hi}"})
-    return pd.DataFrame(rows, columns=["metric", "arm", "n", "mean", "ci_low", "ci_high", "iqm", "std", "steps"])
+    return pd.DataFrame(rows, columns=["metric", "arm", "n", "mean", "ci_low", "ci_high", "interval", "iqm", "std",
+                                       "steps"])
 
 
 def pairwise_table(frame: pd.DataFrame, metric: str, arms: Sequence[str] | None = None, last_k: int = 1,
                    confidence: float = 0.95, n_resamples: int = DEFAULT_RESAMPLES, seed: int = 0) -> pd.DataFrame:
-    """P(X > Y) on the final ``metric`` for every ordered pair of distinct arms.
+    """P(X > Y) on the final ``metric`` for every ordered pair of distinct arms (descriptive: no test, no verdict).
 
     Returns:
-        DataFrame with columns metric, x, y, p, ci_low, ci_high, n_x, n_y; rows in arm order (x-major).
+        DataFrame with columns metric, x, y, p, ci_low, ci_high, interval ("BCa" when both arms have >= 10 runs,
+        else "none": no interval), n_x, n_y; rows in arm order (x-major).
     """
     fs = final_scores(frame, metric, last_k)
-    cols = ["metric", "x", "y", "p", "ci_low", "ci_high", "n_x", "n_y"]
+    cols = ["metric", "x", "y", "p", "ci_low", "ci_high", "interval", "n_x", "n_y"]
     if fs.empty:
         return pd.DataFrame(columns=cols)
     order = _arm_order(arms, fs["arm"].tolist())
@@ -194,7 +200,7 @@ def pairwise_table(frame: pd.DataFrame, metric: str, arms: Sequence[str] | None 
                 continue
             p = prob_improvement(vals[a], vals[b], confidence=confidence, n_resamples=n_resamples, seed=seed)
             rows.append({"metric": metric, "x": a, "y": b, "p": p.point, "ci_low": p.low, "ci_high": p.high,
-                         "n_x": len(vals[a]), "n_y": len(vals[b])})
+                         "interval": p.method, "n_x": len(vals[a]), "n_y": len(vals[b])})
     return pd.DataFrame(rows, columns=cols)
 
 
@@ -202,14 +208,20 @@ def bucket_aggregate_table(frame: pd.DataFrame, bucket_metrics: Sequence[str], a
                            last_k: int = 1, confidence: float = 0.95, n_resamples: int = DEFAULT_RESAMPLES,
                            seed: int = 0) -> pd.DataFrame:
     """Aggregate over buckets (e.g. difficulty levels), rliable-style: IQM and mean over the (runs x buckets)
-    matrix of final scores, with stratified-bootstrap CIs (runs resampled within each bucket).
+    matrix of final scores.
+
+    Intervals: with >= 10 runs, stratified BCa bootstrap (runs resampled within each bucket) for both. With fewer,
+    no bootstrap: the mean gets a t interval over the runs' own bucket means (for a rectangular matrix the mean of
+    the matrix is the mean of those), and the IQM no interval.
 
     Only runs that logged every bucket are used (the matrix must be rectangular).
 
     Returns:
-        DataFrame with columns arm, n, buckets, iqm, iqm_low, iqm_high, mean, mean_low, mean_high.
+        DataFrame with columns arm, n, buckets, iqm, iqm_low, iqm_high, iqm_interval, mean, mean_low, mean_high,
+        mean_interval (methods: "BCa", "t" or "none").
     """
-    cols = ["arm", "n", "buckets", "iqm", "iqm_low", "iqm_high", "mean", "mean_low", "mean_high"]
+    cols = ["arm", "n", "buckets", "iqm", "iqm_low", "iqm_high", "iqm_interval", "mean", "mean_low", "mean_high",
+            "mean_interval"]
     parts = [final_scores(frame, m, last_k).assign(metric=m) for m in bucket_metrics]
     parts = [p for p in parts if not p.empty]
     if not parts:
@@ -220,10 +232,15 @@ def bucket_aggregate_table(frame: pd.DataFrame, bucket_metrics: Sequence[str], a
     rows = []
     for arm in _arm_order(arms, wide.index.get_level_values("arm").tolist()):
         mat = wide.loc[arm, used].to_numpy(dtype=float)  # (n_runs, n_buckets)
-        q = stratified_bootstrap_ci(mat, "iqm", confidence=confidence, n_resamples=n_resamples, seed=seed)
-        m = stratified_bootstrap_ci(mat, "mean", confidence=confidence, n_resamples=n_resamples, seed=seed)
+        if mat.shape[0] >= MIN_BOOTSTRAP_N:
+            q = stratified_bootstrap_ci(mat, "iqm", confidence=confidence, n_resamples=n_resamples, seed=seed)
+            m = stratified_bootstrap_ci(mat, "mean", confidence=confidence, n_resamples=n_resamples, seed=seed)
+        else:
+            m = mean_ci(mat.mean(axis=1), confidence=confidence)
+            q = CI(iqm(mat), float("nan"), float("nan"), "none")
         rows.append({"arm": arm, "n": mat.shape[0], "buckets": ",".join(used), "iqm": q.point, "iqm_low": q.low,
-                     "iqm_high": q.high, "mean": m.point, "mean_low": m.low, "mean_high": m.high})
+                     "iqm_high": q.high, "iqm_interval": q.method, "mean": m.point, "mean_low": m.low,
+                     "mean_high": m.high, "mean_interval": m.method})
     return pd.DataFrame(rows, columns=cols)
 
 
@@ -234,16 +251,16 @@ def improvement_table(frame: pd.DataFrame, metric: str, arms: Sequence[str] | No
 
     A run's start value is its point at step 0 (the start policy, which every arm of a seed shares); its final
     value is as in :func:`final_scores` (step 0 excluded). Only runs that have both are used ("paired runs"), so
-    ``final_mean - start_mean == diff_mean`` holds exactly. The CI is a percentile bootstrap of the mean of the
-    per-run differences (each seed's difference resampled as one unit, which keeps the pairing).
+    ``final_mean - start_mean == diff_mean`` holds exactly. The CI is over the per-seed differences: a t interval
+    below 10 seeds, BCa bootstrap from 10 (the ``interval`` column says which).
 
     Returns:
         DataFrame with columns metric, arm, n (paired runs), start_mean, final_mean, diff_mean, diff_low,
-        diff_high, n_improved (runs with final > start), steps (range of final steps); arms without a paired run
+        diff_high, interval, n_improved (runs with final > start), steps (range of final steps); arms without a paired run
         are left out.
     """
-    cols = ["metric", "arm", "n", "start_mean", "final_mean", "diff_mean", "diff_low", "diff_high", "n_improved",
-            "steps"]
+    cols = ["metric", "arm", "n", "start_mean", "final_mean", "diff_mean", "diff_low", "diff_high", "interval",
+            "n_improved", "steps"]
     _check(frame, ["run", "arm", "seed", "step", "metric", "value"], "improvement_table")
     d = frame[(frame["metric"] == metric) & frame["value"].notna()]
     start = d[d["step"] == 0].groupby("run", sort=False)["value"].last()
@@ -256,11 +273,11 @@ def improvement_table(frame: pd.DataFrame, metric: str, arms: Sequence[str] | No
     for arm in _arm_order(arms, fs["arm"].tolist()):
         g = fs[fs["arm"] == arm]
         s, f = g["start"].to_numpy(dtype=float), g["value"].to_numpy(dtype=float)
-        ci = bootstrap_ci(f - s, confidence=confidence, n_resamples=n_resamples, seed=seed)
+        ci = mean_ci(f - s, confidence=confidence, n_resamples=n_resamples, seed=seed)
         lo, hi = int(g["first_step"].min()), int(g["last_step"].max())
         rows.append({"metric": metric, "arm": arm, "n": len(g), "start_mean": float(s.mean()),
                      "final_mean": float(f.mean()), "diff_mean": ci.point, "diff_low": ci.low, "diff_high": ci.high,
-                     "n_improved": int((f > s).sum()), "steps": str(lo) if lo == hi else f"{lo}-{hi}"})
+                     "interval": ci.method, "n_improved": int((f > s).sum()), "steps": str(lo) if lo == hi else f"{lo}-{hi}"})
     return pd.DataFrame(rows, columns=cols)
 
 
@@ -275,10 +292,19 @@ def _fmt(v, digits: int = 3) -> str:
     return str(v)
 
 
-def _fmt_ci(lo, hi, digits: int = 3) -> str:
+def _fmt_ci(lo, hi, digits: int = 3, na: str = "n/a (n<2)") -> str:
     if lo is None or hi is None or not (np.isfinite(lo) and np.isfinite(hi)):
-        return "n/a (n<2)"
+        return na
     return f"[{lo:.{digits}f}, {hi:.{digits}f}]"
+
+
+INTERVAL_WORDS = {"t": "t", "BCa": "BCa bootstrap", "none": "none", "percentile": "percentile bootstrap",
+                  "basic": "basic bootstrap"}
+"""How the ``interval`` column reads in Markdown/LaTeX."""
+
+
+def _interval_words(methods) -> list[str]:
+    return [INTERVAL_WORDS.get(str(m), str(m)) for m in methods]
 
 
 def format_final_table(df: pd.DataFrame, digits: int = 3) -> pd.DataFrame:
@@ -289,6 +315,7 @@ def format_final_table(df: pd.DataFrame, digits: int = 3) -> pd.DataFrame:
         "n seeds": df["n"].astype(str),
         "mean": [_fmt(v, digits) for v in df["mean"]],
         "95% CI": [_fmt_ci(lo, hi, digits) for lo, hi in zip(df["ci_low"], df["ci_high"])],
+        "interval": _interval_words(df["interval"]),
         "IQM": [_fmt(v, digits) for v in df["iqm"]],
         "final steps": df["steps"],
     })
@@ -300,7 +327,9 @@ def format_pairwise_table(df: pd.DataFrame, digits: int = 2) -> pd.DataFrame:
         "X": df["x"],
         "Y": df["y"],
         "P(X > Y)": [_fmt(v, digits) for v in df["p"]],
-        "95% CI": [_fmt_ci(lo, hi, digits) for lo, hi in zip(df["ci_low"], df["ci_high"])],
+        "95% CI": [_fmt_ci(lo, hi, digits, na=f"n/a (< {MIN_BOOTSTRAP_N} seeds)")
+                   for lo, hi in zip(df["ci_low"], df["ci_high"])],
+        "interval": _interval_words(df["interval"]),
         "n X / n Y": [f"{a} / {b}" for a, b in zip(df["n_x"], df["n_y"])],
     })
 
@@ -311,9 +340,12 @@ def format_aggregate_table(df: pd.DataFrame, digits: int = 3) -> pd.DataFrame:
         "arm": df["arm"],
         "n seeds": df["n"].astype(str),
         "IQM": [_fmt(v, digits) for v in df["iqm"]],
-        "IQM 95% CI": [_fmt_ci(lo, hi, digits) for lo, hi in zip(df["iqm_low"], df["iqm_high"])],
+        "IQM 95% CI": [_fmt_ci(lo, hi, digits, na=f"n/a (< {MIN_BOOTSTRAP_N} seeds)")
+                       for lo, hi in zip(df["iqm_low"], df["iqm_high"])],
+        "IQM interval": _interval_words(df["iqm_interval"]),
         "mean": [_fmt(v, digits) for v in df["mean"]],
         "mean 95% CI": [_fmt_ci(lo, hi, digits) for lo, hi in zip(df["mean_low"], df["mean_high"])],
+        "mean interval": _interval_words(df["mean_interval"]),
     })
 
 
@@ -332,6 +364,7 @@ def format_improvement_table(df: pd.DataFrame, digits: int = 3) -> pd.DataFrame:
         "final": [_fmt(v, digits) for v in df["final_mean"]],
         "final - start": [signed(v) for v in df["diff_mean"]],
         "95% CI": [ci(lo, hi) for lo, hi in zip(df["diff_low"], df["diff_high"])],
+        "interval": _interval_words(df["interval"]),
         "improved": [f"{k}/{n}" for k, n in zip(df["n_improved"], df["n"])],
         "final steps": df["steps"],
     })

@@ -1,5 +1,6 @@
 """write_report end to end on a synthetic sweep, and the figure helpers (colours, labels, missing metrics)."""
 
+import inspect
 import json
 import re
 
@@ -73,10 +74,17 @@ def test_report_markdown_content(report, sweep):
     row = ft[(ft.metric == "eval/acc") & (ft.arm == "grpo")].iloc[0]
     assert f"| eval/acc | grpo | 3 | {row['mean']:.3f} | [{row['ci_low']:.3f}, {row['ci_high']:.3f}] |" in md
     assert "P(X > Y)" in md
-    # ends with the regenerating commands
+    # ends with the regenerating commands: from the run folders, then from the data file alone
     tail = md.rstrip().splitlines()
-    assert tail[-2] == f"objbench report {sweep}" and tail[-1] == "```"
+    assert tail[-2] == f"objbench report --from-data {sweep}/report/runs.csv.gz" and tail[-1] == "```"
+    assert f"This report from the run folders:\n\n```\nobjbench report {sweep}\n```" in md
     assert info["command"] in md
+    # no comparisons were declared: no verdicts, only an exploratory table
+    assert "**No comparisons were declared**" in md and "verdict" not in md.split("## Final performance")[0].split(
+        "### Exploratory")[1].splitlines()[4]
+    assert not (report.parent / "comparisons.csv").exists()
+    ex = pd.read_csv(report.parent / "exploratory.csv")
+    assert list(ex["comparison"]) == ["grpo - dr_grpo"] and "verdict" not in ex.columns
 
 
 def test_report_is_deterministic(report, sweep):
@@ -223,7 +231,8 @@ def pass1_report(sampled, tmp_path_factory):
 def test_report_leads_with_primary(pass1_report, sampled):
     out = pass1_report.parent
     md = pass1_report.read_text()
-    cmd = f"objbench report {sampled} --out {out} --primary eval/pass@1"
+    runs_cmd = f"objbench report {sampled} --out {out} --primary eval/pass@1"
+    cmd = f"objbench report --from-data {out}/runs.csv.gz"  # the stamp: the data file stores primary=eval/pass@1
     assert "- primary metric: `eval/pass@1` (chosen for this report)" in md
     # order: main table, start -> final, P(X > Y), difficulty aggregate
     main, imp = md.index("| eval/pass@1 | grpo | 3 |"), md.index("### Start -> final")
@@ -253,7 +262,8 @@ def test_report_leads_with_primary(pass1_report, sampled):
     assert md.count(f"table: `{cmd}`") >= 4  # final (x2), improvement, pairwise, difficulty
     # synthetic arms draw their own step-0 noise: the report says the starts differ
     assert "step-0 values differ between arms of the same seed" in md
-    assert md.rstrip().splitlines()[-2] == cmd
+    assert md.rstrip().splitlines()[-2] == cmd and f"```\n{runs_cmd}\n```" in md
+    assert json.loads((out / "runs_meta.json").read_text())["report_options"]["primary"] == "eval/pass@1"
 
 
 def test_primary_from_sweep_json_and_no_buckets(tmp_path):
@@ -268,7 +278,9 @@ def test_primary_from_sweep_json_and_no_buckets(tmp_path):
     md = write_report(root, out_dir=out).read_text()
     assert "- primary metric: `eval/pass@4` (from the sweep spec (sweep.json report.primary))" in md
     # stamped explicitly: the command reproduces the report even if sweep.json changes
-    assert md.rstrip().splitlines()[-2] == f"objbench report {root} --out {out} --primary eval/pass@4"
+    assert f"```\nobjbench report {root} --out {out} --primary eval/pass@4\n```" in md
+    assert md.rstrip().splitlines()[-2] == f"objbench report --from-data {out}/runs.csv.gz"  # sweep.json is in the data
+    assert "sweep.json's report section differs from the spec the sweep was started with" in md
     assert "| eval/pass@4 | grpo | 2 |" in md
     assert "Not computed: no per-difficulty keys `eval/pass@4_d<k>` were logged." in md
     assert not any((out / f"difficulty.{e}").exists() for e in ("md", "tex", "csv", "provenance.json"))
@@ -293,3 +305,53 @@ def test_plot_final_reference_line():
     fig, ax = plot_final(per_run, summary, colors, xlabel="x", reference=(0.3, "start"))
     assert [t.get_text() for t in ax.get_legend().get_texts()] == ["start"]
     assert any(list(ln.get_xdata()) == [0.3, 0.3] for ln in ax.get_lines())
+
+
+# ------------------------------------------------------------------------------------------------ pre-registration
+def test_declared_comparisons_get_verdicts_and_others_do_not(tmp_path):
+    root = write_synthetic_sweep(tmp_path / "s", arms=("ppo", "grpo", "dapo"), seeds=(0, 1, 2), steps=4, eval_every=2)
+    spec = {"primary": "eval/acc", "baseline": "grpo", "min_seeds": 10}
+    _set_sweep_report(root, spec)
+    (root / "sweep.yaml").unlink()  # sweep.json alone: what a spec-less runs folder has
+    out = write_report(root, dpi=30).parent
+    md = (out / "report.md").read_text()
+    cmp = pd.read_csv(out / "comparisons.csv")
+    assert list(cmp["comparison"]) == ["ppo - grpo", "dapo - grpo"] and set(cmp["verdict"]) == {"not resolved"}
+    assert (cmp["adj_confidence"] == 1 - 0.05 / 2).all() and (cmp["perm_p"] >= 0.25).all()  # 3 seeds: p >= 2/8
+    assert cmp["bca_low"].isna().all()  # 3 seeds: no bootstrap
+    # the per-seed differences are in the CSV, and the mean is theirs
+    d = [float(v) for v in cmp["d"].iloc[0].split()]
+    assert len(d) == 3 and cmp["mean"].iloc[0] == pytest.approx(np.mean(d))
+    assert "- With 3 seeds the smallest attainable exact permutation p is 2/2^3 = 0.25" in md
+    assert "- ppo - grpo on `eval/acc (final)`: **not resolved** (" in md
+    assert "Underpowered: 3 seeds (fewer than min_seeds = 10); a difference of" in md
+    assert "could not be detected" in md and "adjusted 97.5% CI (t)" in md
+    # the pair nobody declared is exploratory, labelled, without a verdict
+    ex = pd.read_csv(out / "exploratory.csv")
+    assert list(ex["comparison"]) == ["ppo - dapo"] and "verdict" not in ex.columns and "holm_p" not in ex.columns
+    assert "### Exploratory (not pre-registered)" in md and "No verdicts; p-values are not adjusted" in md
+    # no argument of write_report can add a comparison
+    assert not {"comparisons", "baseline", "endpoints"} & set(inspect.signature(write_report).parameters)
+
+
+def test_ten_seeds_resolve_a_large_difference_with_bca(tmp_path):
+    # at step 30 dapo's synthetic accuracy is ~0.16 above grpo's, with noise sd ~0.06 per seed difference
+    root = write_synthetic_sweep(tmp_path / "s", arms=("grpo", "dapo"), seeds=tuple(range(10)), steps=30,
+                                 eval_every=30)
+    _set_sweep_report(root, {"primary": "eval/acc", "comparisons": [["dapo", "grpo"]]})
+    (root / "sweep.yaml").unlink()
+    out = write_report(root, dpi=30).parent
+    row = pd.read_csv(out / "comparisons.csv").iloc[0]
+    assert row["n"] == 10 and row["verdict"] == "dapo > grpo" and row["underpowered"] != row["underpowered"]  # NaN
+    assert row["perm_p"] == pytest.approx(2 / 1024) and row["holm_p"] == pytest.approx(2 / 1024)
+    assert row["bca_adj_low"] > 0 and row["t_adj_low"] > 0
+    md = (out / "report.md").read_text()
+    assert "adjusted 95% CI (BCa)" in md and "**resolved, dapo > grpo**" in md
+    assert "| eval/acc | grpo | 10 |" in md and "BCa bootstrap" in md  # the final table switched to BCa
+
+
+def test_report_needs_one_source(sampled):
+    with pytest.raises(ValueError, match="exactly one"):
+        write_report()
+    with pytest.raises(ValueError, match="exactly one"):
+        write_report(sampled, data=sampled / "report" / "runs.csv.gz")

@@ -11,6 +11,7 @@ from analysis.stats import (
     CI,
     bootstrap_ci,
     iqm,
+    mean_ci,
     mean_ci_over_seeds,
     pass_at_k,
     prob_improvement,
@@ -82,79 +83,97 @@ def test_prob_improvement_hand_values():
 
 def test_prob_improvement_matches_mannwhitney_and_is_complementary():
     rng = np.random.default_rng(1)
-    x, y = rng.integers(0, 5, 7).astype(float), rng.integers(0, 5, 4).astype(float)
+    x, y = rng.integers(0, 5, 12).astype(float), rng.integers(0, 5, 10).astype(float)
     p = prob_improvement(x, y, n_resamples=500)
     u = scipy.stats.mannwhitneyu(x, y).statistic
-    assert p.point == pytest.approx(u / (7 * 4))
+    assert p.point == pytest.approx(u / (12 * 10))
     assert p.point + prob_improvement(y, x, n_resamples=500).point == pytest.approx(1.0)
-    assert 0.0 <= p.low <= p.point <= p.high <= 1.0
+    assert p.method == "BCa" and 0.0 <= p.low <= p.point <= p.high <= 1.0
 
 
-def test_prob_improvement_single_run_gives_nan_interval():
+def test_prob_improvement_no_interval_below_ten_runs():
     p = prob_improvement([2.0], [1.0, 3.0])
-    assert p.point == 0.5 and math.isnan(p.low) and math.isnan(p.high)
+    assert p.point == 0.5 and math.isnan(p.low) and math.isnan(p.high) and p.method == "none"
+    p = prob_improvement(np.arange(9.0), np.arange(12.0))  # one arm has 9 runs
+    assert p.method == "none" and math.isnan(p.low)
+    p = prob_improvement(np.arange(10.0) + 100, np.arange(10.0))  # every pair a win: every resample gives 1
+    assert (p.point, p.low, p.high, p.method) == (1.0, 1.0, 1.0, "BCa")
 
 
 # ------------------------------------------------------------------------------------------------ bootstrap
+X12 = [0.2, 0.5, 0.4, 0.9, 0.3, 0.6, 0.45, 0.35, 0.8, 0.55, 0.25, 0.7]
+
+
 def test_bootstrap_ci_contains_mean_and_is_reproducible():
-    x = [0.2, 0.5, 0.4, 0.9, 0.3]
-    a = bootstrap_ci(x, n_resamples=2000, seed=3)
-    b = bootstrap_ci(x, n_resamples=2000, seed=3)
-    assert isinstance(a, CI)
+    a = bootstrap_ci(X12, n_resamples=2000, seed=3)
+    b = bootstrap_ci(X12, n_resamples=2000, seed=3)
+    assert isinstance(a, CI) and a.method == "BCa"
     assert a == b
-    assert a.point == pytest.approx(np.mean(x))
-    assert min(x) <= a.low < a.point < a.high <= max(x)
-    assert bootstrap_ci(x, n_resamples=2000, seed=4) != a  # the seed matters
+    assert a.point == pytest.approx(np.mean(X12))
+    assert min(X12) <= a.low < a.point < a.high <= max(X12)
+    assert bootstrap_ci(X12, n_resamples=2000, seed=4) != a  # the seed matters
+    assert bootstrap_ci(X12, n_resamples=2000, method="percentile").method == "percentile"  # allowed from 10 on
 
 
 def test_bootstrap_ci_wider_at_higher_confidence():
-    x = [0.2, 0.5, 0.4, 0.9, 0.3]
-    lo = bootstrap_ci(x, confidence=0.5, n_resamples=2000)
-    hi = bootstrap_ci(x, confidence=0.99, n_resamples=2000)
+    lo = bootstrap_ci(X12, confidence=0.5, n_resamples=2000)
+    hi = bootstrap_ci(X12, confidence=0.99, n_resamples=2000)
     assert hi.low <= lo.low and lo.high <= hi.high
 
 
-def test_bootstrap_ci_edge_cases():
-    one = bootstrap_ci([0.7])
-    assert one.point == 0.7 and math.isnan(one.low) and math.isnan(one.high)
-    assert bootstrap_ci([0.3, 0.3, 0.3]) == CI(0.3, 0.3, 0.3)
-    assert bootstrap_ci([0.3, 0.3, 0.3], method="BCa") == CI(0.3, 0.3, 0.3)  # BCa alone would be undefined
+def test_bootstrap_ci_refuses_few_values_and_edge_cases():
+    for n in (1, 3, 9):
+        with pytest.raises(ValueError, match="refused"):
+            bootstrap_ci(np.arange(float(n)))
+    assert bootstrap_ci([0.25] * 10) == CI(0.25, 0.25, 0.25, "BCa")  # BCa alone would be undefined
     with pytest.raises(ValueError):
         bootstrap_ci([])
     with pytest.raises(ValueError):
         bootstrap_ci([1.0, np.nan])
     with pytest.raises(ValueError):
-        bootstrap_ci([1.0, 2.0], confidence=95)
+        bootstrap_ci(X12, confidence=95)
+
+
+def test_mean_ci_t_below_ten_bca_from_ten():
+    ci = mean_ci([1, 2, 3, 4])  # t_3(0.975) = 3.1824463, se = sqrt(5/3)/2
+    assert ci.method == "t" and ci.low == pytest.approx(2.5 - 3.1824463 * math.sqrt(5 / 3) / 2, abs=1e-6)
+    assert mean_ci(X12).method == "BCa" and mean_ci(X12)[:3] == bootstrap_ci(X12)[:3]
+    one = mean_ci([0.4])
+    assert one.method == "none" and one.point == 0.4 and math.isnan(one.low)
 
 
 def test_bootstrap_ci_iqm_statistic():
-    x = [1.0, 2.0, 3.0, 100.0]
+    x = [1.0, 2.0, 3.0, 100.0] * 3
     ci = bootstrap_ci(x, statistic="iqm", n_resamples=1000)
-    assert ci.point == pytest.approx(2.5)
+    assert ci.point == pytest.approx(2.5)  # sorted 1 1 1 2 2 2 3 3 3 100 100 100: cut 3 each end -> 2 2 2 3 3 3
 
 
 def test_stratified_bootstrap_resamples_within_columns():
     # constant columns: every resample is the original matrix
-    scores = np.array([[0.0, 10.0], [0.0, 10.0], [0.0, 10.0]])
-    assert stratified_bootstrap_ci(scores, statistic="mean") == CI(5.0, 5.0, 5.0)
-    # column 1 is always 10 and each resample keeps 4 draws per column, so the pooled mean is
-    # (mean of 4 draws from column 0 + 10) / 2, within [5, 6.5]. A bootstrap that pooled the 8 values
-    # (0 1 2 3 10 10 10 10) would reach about 8.5 at its upper end.
-    scores = np.array([[0.0, 10.0], [1.0, 10.0], [2.0, 10.0], [3.0, 10.0]])
-    ci = stratified_bootstrap_ci(scores, statistic="mean", n_resamples=2000, seed=0)
-    assert ci.point == pytest.approx(5.75)
-    assert 5.0 <= ci.low < ci.point < ci.high <= 6.5
-    assert ci == stratified_bootstrap_ci(scores, statistic="mean", n_resamples=2000, seed=0)
-    assert stratified_bootstrap_ci([[1, 2], [2, 2], [1, 1], [2, 1]]).point == 1.5  # default: IQM
+    scores = np.tile([0.0, 10.0], (10, 1))
+    assert stratified_bootstrap_ci(scores, statistic="mean") == CI(5.0, 5.0, 5.0, "BCa")
+    # column 1 is always 10, so the pooled mean of a resample is (mean of 10 draws from column 0 + 10) / 2: the
+    # interval is half as wide as the interval of column 0's mean alone (a pooled bootstrap would mix the columns)
+    col0 = np.arange(10.0)
+    scores = np.column_stack([col0, np.full(10, 10.0)])
+    ci = stratified_bootstrap_ci(scores, statistic="mean", n_resamples=4000, seed=0)
+    alone = bootstrap_ci(col0, n_resamples=4000, seed=0)
+    assert ci.point == pytest.approx(7.25)
+    assert (ci.high - ci.low) == pytest.approx((alone.high - alone.low) / 2, rel=0.1)
+    assert ci == stratified_bootstrap_ci(scores, statistic="mean", n_resamples=4000, seed=0)
+    assert stratified_bootstrap_ci(np.tile([[1, 2], [2, 2], [1, 1], [2, 1]], (3, 1)), n_resamples=500).point == 1.5
 
 
-def test_stratified_bootstrap_single_run_and_callable():
-    ci = stratified_bootstrap_ci([[0.1, 0.2, 0.3]], statistic="mean")
-    assert ci.point == pytest.approx(0.2) and math.isnan(ci.low)
+def test_stratified_bootstrap_refuses_few_runs_and_takes_callables():
+    with pytest.raises(ValueError, match="refused"):
+        stratified_bootstrap_ci([[0.1, 0.2, 0.3]] * 9, statistic="mean")
     # a callable gets (..., n_runs, n_tasks): here the mean over tasks of the per-task max
-    ci = stratified_bootstrap_ci([[0.0, 1.0], [2.0, 3.0]], statistic=lambda a: a.max(axis=-2).mean(axis=-1),
-                                 n_resamples=200)
-    assert ci.point == pytest.approx(2.5)
+    m = np.column_stack([np.arange(10.0), np.arange(10.0) + 1])
+    ci = stratified_bootstrap_ci(m, statistic=lambda a: a.max(axis=-2).mean(axis=-1), n_resamples=200,
+                                 method="percentile")
+    assert ci.point == pytest.approx(9.5) and ci.method == "percentile"
+    with pytest.raises(ValueError, match="named statistic"):
+        stratified_bootstrap_ci(m, statistic=lambda a: a.max(axis=-2).mean(axis=-1))
 
 
 # ------------------------------------------------------------------------------------------------ curves
@@ -174,8 +193,22 @@ def test_mean_ci_over_seeds_per_step():
     a = out[out.arm == "a"]
     np.testing.assert_allclose(a["mean"], [2.0, 3.0, 4.0])  # step + mean(0, 1, 2)
     assert (a["n"] == 3).all()
-    assert ((a["low"] <= a["mean"]) & (a["mean"] <= a["high"])).all()
+    # 3 runs: a t band; values step + (0, 1, 2): s = 1, t_2(0.975) = 4.3026527 -> half-width 4.3026527 / sqrt(3)
+    np.testing.assert_allclose(a["high"] - a["mean"], 4.3026527 / math.sqrt(3), rtol=1e-6)
+    np.testing.assert_allclose(a["mean"] - a["low"], 4.3026527 / math.sqrt(3), rtol=1e-6)
     np.testing.assert_allclose(out[out.arm == "b"]["mean"], [12.0, 13.0, 14.0])
+
+
+def test_mean_ci_over_seeds_bca_from_ten_runs():
+    # a skewed sample of 12 runs: the band is BCa's (up to Monte Carlo noise), not t's (symmetric)
+    rows = [{"arm": "a", "run": f"r{s}", "step": step, "value": step + 0.1 * s ** 1.5}
+            for s in range(12) for step in (1, 2)]
+    out = mean_ci_over_seeds(pd.DataFrame(rows), n_resamples=20_000, seed=2)
+    ref = bootstrap_ci([0.1 * s ** 1.5 + 1 for s in range(12)], n_resamples=20_000, seed=2)
+    first = out.iloc[0]
+    assert first["n"] == 12 and first["low"] == pytest.approx(ref.low, abs=0.03)
+    assert first["high"] == pytest.approx(ref.high, abs=0.03)
+    assert (first["high"] - first["mean"]) > 1.1 * (first["mean"] - first["low"])
 
 
 def test_mean_ci_over_seeds_ragged_runs_and_single_seed():

@@ -9,6 +9,7 @@ import pytest
 from analysis.tables import (
     Provenance,
     bucket_aggregate_table,
+    format_aggregate_table,
     final_scores,
     final_table,
     format_final_table,
@@ -63,8 +64,12 @@ def test_final_table_values():
     good, bad = ft.iloc[0], ft.iloc[1]
     assert good["n"] == 3 and good["mean"] == pytest.approx(0.7) and good["iqm"] == pytest.approx(0.7)
     assert bad["mean"] == pytest.approx(1 / 3) and bad["std"] == pytest.approx(np.std([0.1, 0.2, 0.7], ddof=1))
-    assert good["ci_low"] <= good["mean"] <= good["ci_high"]
-    assert 0.1 <= bad["ci_low"] and bad["ci_high"] <= 0.7
+    # 3 seeds: t intervals, t_2(0.975) = 4.3026527. good: s = 0.1 -> half-width 4.3026527 * 0.1 / sqrt(3) = 0.248414
+    assert (good["interval"], bad["interval"]) == ("t", "t")
+    assert good["ci_high"] - good["mean"] == pytest.approx(0.2484138, abs=1e-6)
+    # bad: 0.1 0.2 0.7, s^2 = (0.0544 + 0.0178 + 0.1344) / 2 = 0.103333 -> half-width 4.3026527 * 0.321455 / sqrt(3)
+    # = 0.798529: wider than the [min, max] = [0.1, 0.7] a 3-seed percentile bootstrap would give
+    assert bad["ci_low"] == pytest.approx(1 / 3 - 0.798529, abs=1e-5) and bad["ci_low"] < 0.1 < 0.7 < bad["ci_high"]
     assert good["steps"] == "20"
     # arm order given by the caller; reproducible
     again = final_table(long_frame(), ["eval/acc"], arms=["good", "bad"], n_resamples=2000)
@@ -88,14 +93,31 @@ def test_bucket_aggregate_table():
     assert good["mean"] == pytest.approx(0.7)
     assert good["iqm"] == pytest.approx(np.mean([0.6, 0.7, 0.7, 0.8]))
     assert good["n"] == 3 and good["buckets"] == "eval/acc_d1,eval/acc_d2"
-    assert good["iqm_low"] <= good["iqm"] <= good["iqm_high"]
+    # 3 seeds: no bootstrap. The mean gets a t interval over the seeds' bucket means (0.6, 0.7, 0.8: s = 0.1), the
+    # IQM no interval
+    assert good["mean_interval"] == "t" and good["mean_high"] - good["mean"] == pytest.approx(0.2484138, abs=1e-6)
+    assert good["iqm_interval"] == "none" and np.isnan(good["iqm_low"])
+    shown = format_aggregate_table(agg)
+    assert shown.iloc[0]["IQM 95% CI"] == "n/a (< 10 seeds)" and shown.iloc[0]["mean interval"] == "t"
+
+
+def test_bucket_aggregate_table_bca_from_ten_seeds():
+    rows = []
+    for seed in range(10):
+        for metric, v in (("eval/acc_d1", 0.5 + 0.03 * seed), ("eval/acc_d2", 0.2 + 0.01 * seed ** 1.5)):
+            rows.append({"run": f"x__s{seed}", "arm": "x", "seed": seed, "step": 10, "tokens": 0.0, "metric": metric,
+                         "value": v})
+    agg = bucket_aggregate_table(pd.DataFrame(rows), ["eval/acc_d1", "eval/acc_d2"], n_resamples=500).iloc[0]
+    assert (agg["iqm_interval"], agg["mean_interval"]) == ("BCa", "BCa")
+    assert agg["iqm_low"] < agg["iqm"] < agg["iqm_high"] and agg["mean_low"] < agg["mean"] < agg["mean_high"]
 
 
 def test_markdown_has_numbers_and_provenance():
     ft = final_table(long_frame(), ["eval/acc"], arms=["good", "bad"], n_resamples=500)
     md = to_markdown(format_final_table(ft), PROV)
     lines = md.strip().splitlines()
-    assert lines[0].startswith("| metric | arm | n seeds | mean | 95% CI | IQM")
+    assert lines[0].startswith("| metric | arm | n seeds | mean | 95% CI | interval | IQM")
+    assert "| eval/acc | good | 3 | 0.700 | [0.452, 0.948] | t | 0.700 |" in md
     assert "| eval/acc | good | 3 | 0.700 |" in md and "0.333" in md
     stamp = lines[-1]
     assert stamp.startswith("Provenance:")
@@ -154,22 +176,26 @@ def paired_frame():
 def test_improvement_table_hand_values():
     imp = improvement_table(paired_frame(), "eval/pass@1", arms=["up", "flat"], n_resamples=2000)
     assert list(imp.columns) == ["metric", "arm", "n", "start_mean", "final_mean", "diff_mean", "diff_low",
-                                 "diff_high", "n_improved", "steps"]
+                                 "diff_high", "interval", "n_improved", "steps"]
     up, flat = imp.set_index("arm").loc["up"], imp.set_index("arm").loc["flat"]
     assert up["n"] == 3 and up["start_mean"] == pytest.approx(0.3) and up["final_mean"] == pytest.approx(1.6 / 3)
     assert up["diff_mean"] == pytest.approx(0.7 / 3) and round(up["diff_mean"], 4) == 0.2333
     assert up["n_improved"] == 3 and up["steps"] == "100"
-    # seed-paired: resampled means of (0.3, 0.2, 0.2) lie in [0.2, 0.3]; an unpaired CI would be far wider
-    assert 0.2 - 1e-12 <= up["diff_low"] <= up["diff_mean"] <= up["diff_high"] <= 0.3 + 1e-12
+    # seed-paired t interval over the differences (0.3, 0.2, 0.2): s = sqrt(1/300) = 0.057735, half-width
+    # 4.3026527 * 0.057735 / sqrt(3) = 0.143422 (an unpaired interval would be far wider)
+    assert up["interval"] == "t"
+    assert up["diff_high"] - up["diff_mean"] == pytest.approx(0.143422, abs=1e-6)
     assert flat["diff_mean"] == pytest.approx(0.0, abs=1e-12) and flat["n_improved"] == 1
-    assert -0.1 - 1e-12 <= flat["diff_low"] < 0 < flat["diff_high"] <= 0.1 + 1e-12
+    # flat: (-0.1, 0, 0.1), s = 0.1 -> half-width 0.248414
+    assert flat["diff_high"] == pytest.approx(0.2484138, abs=1e-6) and flat["diff_low"] == pytest.approx(-0.2484138,
+                                                                                                         abs=1e-6)
     shown = format_improvement_table(imp)
-    assert list(shown.columns) == ["arm", "n seeds", "start (step 0)", "final", "final - start", "95% CI", "improved",
-                                   "final steps"]
+    assert list(shown.columns) == ["arm", "n seeds", "start (step 0)", "final", "final - start", "95% CI", "interval",
+                                   "improved", "final steps"]
     assert shown.iloc[0].tolist()[:5] == ["up", "3", "0.300", "0.533", "+0.233"]
     assert shown.iloc[0]["improved"] == "3/3" and shown.iloc[1]["improved"] == "1/3"
     assert shown.iloc[1]["final - start"] in ("+0.000", "-0.000")
-    assert shown.iloc[0]["95% CI"].startswith("[+0.2")
+    assert shown.iloc[0]["95% CI"] == "[+0.090, +0.377]" and shown.iloc[0]["interval"] == "t"
     # reproducible, and last_k=2 averages steps 50 and 100 for the final value
     pd.testing.assert_frame_equal(imp, improvement_table(paired_frame(), "eval/pass@1", arms=["up", "flat"],
                                                          n_resamples=2000))

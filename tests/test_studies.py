@@ -1,10 +1,22 @@
-"""Study sections (analysis/studies.py): closed forms worked out by hand, and the windows on a synthetic sweep."""
+"""Study sections (analysis/studies.py): closed forms worked out by hand, the windows on a synthetic sweep, and whole
+reports on run folders in the layout of each committed study, as they were made (no declared comparisons) and as
+the updated specs declare them."""
 
+import json
 import math
+from pathlib import Path
 
+import pandas as pd
 import pytest
+import yaml
 
+from analysis.report import write_report
 from analysis.studies import closed_form_weight
+from analysis.synthetic import STUDY_ARMS, write_study_sweep
+
+REPO = Path(__file__).resolve().parent.parent
+SPEC_OF = {"length_bias": "length_bias", "difficulty_bias": "difficulty_bias", "kl_estimators": "kl_estimators",
+           "off_policy": "off_policy"}
 
 
 def test_closed_form_group_weight_by_hand():
@@ -52,11 +64,51 @@ def test_windows_and_paired_differences_by_hand():
     assert wt.loc["a", "start"] == 1.0 and abs(wt.loc["a", "end"] - 3.05) < 1e-12
     assert abs(wt.loc["a", "change"] - 2.05) < 1e-12 and abs(wt.loc["b", "change"] - 1.05) < 1e-12
     d = studies.paired_diff(runs, "m", "a", "b", n_resamples=200)
-    # per seed: a - b = 1.0 exactly for both seeds, so the CI collapses onto 1.0
+    # per seed: a - b = 1.0 exactly for both seeds, so the t interval collapses onto 1.0; sign test 2/2: p = 2/4
     assert d["n"] == 2 and abs(d["mean"] - 1.0) < 1e-12 and abs(d["lo"] - 1.0) < 1e-12 and d["wins"] == 2
+    assert d["interval"] == "t" and d["sign_p"] == 0.5 and d["perm_p"] == 0.5
     dc = studies.paired_diff(runs, "m", "a", "b", change=True, n_resamples=200)
     assert abs(dc["mean"] - 1.0) < 1e-12  # both start at 1.0
     et = studies.end_table(runs, ["m"], n_resamples=200).set_index("arm")
     assert abs(et.loc["b", "mean"] - 2.05) < 1e-12
     with pytest.raises(ValueError, match="unknown study"):
         studies.study_section("nope", runs, ".")
+
+
+# ------------------------------------------------------------------------------------------------ whole reports
+@pytest.mark.parametrize("study", sorted(STUDY_ARMS))
+def test_report_on_the_committed_layout(study, tmp_path):
+    """Run folders as the committed studies were made (sweep.json report: {primary, study}, nothing declared)."""
+    root = write_study_sweep(tmp_path / study, study, seeds=(0, 1, 2), steps=60, eval_every=30)
+    md = write_report(root, dpi=30).read_text()
+    assert "## Study: " in md and "**No comparisons were declared**" in md
+    assert "percentile" not in md.split("## Study")[1]  # the study tables use t intervals on 3 seeds
+    assert "*Exploratory: not pre-registered, no verdict, p-values not adjusted for multiplicity.*" in md
+    assert "| interval |" in md.split("## Study")[1]
+
+
+@pytest.mark.parametrize("study", sorted(STUDY_ARMS))
+def test_report_with_the_updated_spec(study, tmp_path):
+    """The committed spec's report section (declared endpoints and comparisons): verdicts for exactly those, the
+    study section leaves them out of its exploratory tables, and a run made under another spec version is named."""
+    section = yaml.safe_load((REPO / "experiments" / "sweeps" / f"{SPEC_OF[study]}.yaml").read_text())["report"]
+    root = write_study_sweep(tmp_path / study, study, seeds=(0, 1, 2), steps=60, eval_every=30, report=section)
+    first = sorted(p for p in root.iterdir() if p.is_dir())[0]
+    meta = json.loads((first / "meta.json").read_text())
+    (first / "meta.json").write_text(json.dumps({**meta, "spec_hash": "0ld0ld0ld0ld"}))
+    out = write_report(root, dpi=30).parent
+    md = (out / "report.md").read_text()
+    cmp = pd.read_csv(out / "comparisons.csv")
+    from analysis.prereg import parse_plan
+
+    plan = parse_plan(section, list(STUDY_ARMS[study]))
+    assert len(cmp) == plan.family_size and (cmp["n"] == 3).all()
+    assert set(cmp["verdict"]) == {"not resolved"}  # 3 seeds: the permutation test cannot reach p < alpha/m
+    assert cmp["underpowered"].str.startswith("underpowered: 3 seeds").all()
+    assert "1 run(s) were made under another version of the sweep spec** (hash `0ld0ld0ld0ld`" in md
+    study_md = md.split("## Study")[1]
+    assert "are declared in the sweep spec: their verdicts are in 'Pre-registered comparisons' above" in study_md
+    # each spec declares every paired comparison its study section used to show: none is left as exploratory
+    assert "(Every comparison of this table is declared in the sweep spec.)" in study_md
+    for a, b in plan.comparisons:
+        assert f"| {a} - {b} |" not in study_md

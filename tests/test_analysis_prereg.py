@@ -1,0 +1,139 @@
+"""analysis.prereg: windows worked out by hand, the report section's keys and errors, and the committed sweep specs."""
+
+import glob
+import itertools
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+
+from analysis.prereg import (
+    DEFAULT_ALPHA,
+    DEFAULT_MIN_SEEDS,
+    Endpoint,
+    Window,
+    check_report_spec,
+    paired_differences,
+    parse_plan,
+    parse_window,
+    per_run_values,
+)
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def curve_frame():
+    """One metric 'm' of runs a__s0, a__s1, b__s0 at steps 0, 10, 20, 30, 40:
+    a__s0: 0, 1, 2, 3, 4 ; a__s1: 0, 2, 2, 2, 10 ; b__s0: 1, 1, 1, 1, 1 (as floats)."""
+    curves = {("a", 0): [0, 1, 2, 3, 4], ("a", 1): [0, 2, 2, 2, 10], ("b", 0): [1, 1, 1, 1, 1]}
+    rows = [{"run": f"{arm}__s{seed}", "arm": arm, "seed": seed, "step": step, "tokens": 0.0, "metric": "m",
+             "value": float(v)} for (arm, seed), vals in curves.items() for step, v in zip((0, 10, 20, 30, 40), vals)]
+    return pd.DataFrame(rows)
+
+
+def values(window):
+    v = per_run_values(curve_frame(), "m", window)
+    return dict(zip(v["run"], v["value"]))
+
+
+def test_windows_by_hand():
+    assert values("final") == {"a__s0": 4.0, "a__s1": 10.0, "b__s0": 1.0}
+    # last 2 points: (3 + 4)/2, (2 + 10)/2
+    assert values({"last": 2}) == {"a__s0": 3.5, "a__s1": 6.0, "b__s0": 1.0}
+    assert values("last:2") == values({"last": 2})
+    # the start policy (step 0) is never part of "last K": last 9 = the 4 training points
+    assert values({"last": 9})["a__s0"] == pytest.approx(2.5)
+    # steps 10-20: (1 + 2)/2, (2 + 2)/2
+    assert values({"steps": [10, 20]}) == {"a__s0": 1.5, "a__s1": 2.0, "b__s0": 1.0}
+    # AUC over steps 0..40 / 40: a__s0 is the line 0 -> 4, mean height 2; a__s1: trapezoids
+    # 10 (0+2)/2 + 10 (2+2)/2 + 10 (2+2)/2 + 10 (2+10)/2 = 10 + 20 + 20 + 60 = 110 -> 110/40 = 2.75
+    assert values("auc") == {"a__s0": 2.0, "a__s1": 2.75, "b__s0": 1.0}
+    # std (ddof 1) of the training points: a__s0 1 2 3 4 -> sqrt(5/3)
+    assert values("std")["a__s0"] == pytest.approx((5 / 3) ** 0.5) and values("std")["b__s0"] == 0.0
+    # change from steps 10-20 to the final point: 4 - 1.5, 10 - 2
+    assert values({"from": {"steps": [10, 20]}, "to": "final"}) == {"a__s0": 2.5, "a__s1": 8.0, "b__s0": 0.0}
+    assert per_run_values(curve_frame(), "missing").empty
+    assert per_run_values(curve_frame(), "m", {"steps": [100, 200]}).empty  # empty windows drop the run
+
+
+def test_window_forms_and_errors():
+    assert parse_window(None) == Window("final")
+    w = parse_window({"from": {"steps": [1, 20]}, "to": {"last": 50}})
+    assert w.label() == "last 50 - steps 1-20" and parse_window(w.to_spec()) == w
+    assert "last 50 points" in w.describe()
+    for bad in ("mean", {"last": 0}, {"last": "x"}, {"steps": [5, 1]}, {"steps": [1]}, {"first": 3},
+                {"from": "final", "to": {"from": "final", "to": "auc"}}):
+        with pytest.raises(ValueError, match="window"):
+            parse_window(bad)
+
+
+def test_paired_differences_pair_by_seed():
+    v = per_run_values(curve_frame(), "m", "final")
+    assert paired_differences(v, "a", "b") == ([0], [3.0])  # only seed 0 has both arms
+    dup = pd.concat([v, v.assign(run="a__s0_again")[v["run"] == "a__s0"]])
+    with pytest.raises(ValueError, match="more than one run"):
+        paired_differences(dup, "a", "b")
+
+
+def test_plan_keys_defaults_and_baseline():
+    arms = ["grpo", "dapo", "gspo"]
+    assert parse_plan({}, arms, primary="eval/acc").declared is False
+    p = parse_plan({"primary": "eval/pass@1", "baseline": "grpo"}, arms)
+    assert p.comparisons == (("dapo", "grpo"), ("gspo", "grpo"))
+    assert p.endpoints == (Endpoint("eval/pass@1", Window("final")),)
+    assert (p.alpha, p.min_seeds, p.family_size) == (DEFAULT_ALPHA, DEFAULT_MIN_SEEDS, 2) == (0.05, 10, 2)
+    p = parse_plan({"window": "auc", "comparisons": [["gspo", "dapo"]], "baseline": "grpo", "alpha": 0.1,
+                    "min_seeds": 5}, arms, primary="eval/acc")
+    assert p.comparisons == (("gspo", "dapo"), ("dapo", "grpo"), ("gspo", "grpo"))
+    assert p.endpoints[0] == Endpoint("eval/acc", Window("auc")) and p.alpha == 0.1 and p.min_seeds == 5
+    p = parse_plan({"primary": "eval/acc", "endpoints": ["m1", {"metric": "m2", "window": {"last": 5}}],
+                    "comparisons": [["dapo", "grpo"]]}, arms)
+    assert [e.label() for e in p.endpoints] == ["m1 (final)", "m2 (last 5)"] and p.family_size == 2
+
+
+@pytest.mark.parametrize("section,needle", [
+    ({"comparisons": [["grpo", "nope"]], "primary": "m"}, "unknown arm"),
+    ({"baseline": "nope", "primary": "m"}, "unknown arm"),
+    ({"comparisons": [["grpo", "grpo"]], "primary": "m"}, "two different arm names"),
+    ({"comparisons": [["grpo", "dapo"], ["dapo", "grpo"]], "primary": "m"}, "declare one direction"),
+    ({"comparisons": "grpo-dapo", "primary": "m"}, "list of"),
+    ({"alpha": 1.5}, "alpha"),
+    ({"min_seeds": 1}, "min_seeds"),
+    ({"comparisons": [["grpo", "dapo"]]}, "no endpoint"),
+    ({"endpoints": []}, "endpoints"),
+    ({"endpoints": [{"metric": "m", "windw": "final"}]}, "endpoints"),
+    ({"primary": "m", "window": "bogus"}, "window"),
+    ({"comparison": [["grpo", "dapo"]]}, "unknown report key"),
+])
+def test_plan_errors_name_the_key(section, needle):
+    with pytest.raises(ValueError, match=needle):
+        parse_plan(section, ["grpo", "dapo"])
+
+
+def _arm_names(spec: dict) -> list[str]:
+    """The arm labels experiments.sweep gives: <arm>[-<field>=<value>...] over the grid."""
+    arms = spec["arms"]
+    names = list(arms) if isinstance(arms, (list, dict)) else []
+    grid = spec.get("grid") or {}
+    if not grid:
+        return names
+    return [a + "-" + "-".join(f"{k.split('.')[-1]}={v}" for k, v in zip(grid, point))
+            for a in names for point in itertools.product(*grid.values())]
+
+
+@pytest.mark.parametrize("path", sorted(glob.glob(str(REPO / "experiments" / "sweeps" / "*.yaml"))))
+def test_committed_sweep_specs_declare_their_comparisons(path):
+    spec = yaml.safe_load(Path(path).read_text())
+    arms = _arm_names(spec)
+    check_report_spec(spec["report"], arms)
+    plan = parse_plan(spec["report"], arms)
+    assert plan.declared and plan.endpoints, f"{path}: no declared comparison"
+    assert plan.min_seeds == 10 and plan.alpha == 0.05
+
+
+def test_check_report_spec_rejects_unknown_study():
+    with pytest.raises(ValueError, match="report.study"):
+        check_report_spec({"study": "nope"}, ["a"])
+    check_report_spec(None, ["a"])
+    check_report_spec({"primary": "eval/acc", "study": "length_bias"}, ["a"])
