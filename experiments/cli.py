@@ -57,15 +57,20 @@ def _cmd_sweep(args) -> int:
 
 def _cmd_report(args) -> int:
     from analysis.report import write_report
+    from experiments.errors import ConfigError, RunFolderError
 
-    from experiments.errors import RunFolderError
-
-    kw = {"primary": args.primary} if args.primary else {}
+    if (args.runs_dir is None) == (args.from_data is None):
+        raise ConfigError("objbench report: give RUNS_DIR or --from-data FILE (one of them)")
     try:
-        print(write_report(args.runs_dir, out_dir=args.out, x=args.x, include_incomplete=args.include_incomplete,
-                           **kw))
+        print(write_report(args.runs_dir, out_dir=args.out, x=args.x, data=args.from_data, primary=args.primary,
+                           force=args.force, include_incomplete=args.include_incomplete,
+                           command="objbench " + shlex.join(sys.argv[1:])))
     except (FileNotFoundError, ValueError) as e:  # no such folder, no runs in it, only unfinished runs
         raise RunFolderError(str(e).replace("pass include_incomplete=True", "pass --include-incomplete")) from None
+    except RuntimeError as e:  # analysis.provenance.DirtyTreeError: results/ from a dirty tree
+        if type(e).__name__ != "DirtyTreeError":
+            raise
+        raise RunFolderError(f"{e} (commit first, or pass --force)") from None
     return 0
 
 
@@ -117,8 +122,11 @@ def build_parser() -> argparse.ArgumentParser:
     s.set_defaults(fn=_cmd_sweep)
 
     r = sub.add_parser("report", help="write report.md, figures and tables for a folder of runs")
-    r.add_argument("runs_dir")
-    r.add_argument("--x", choices=("step", "tokens"), default="step", help="x axis of learning curves")
+    r.add_argument("runs_dir", nargs="?")
+    r.add_argument("--from-data", default=None, metavar="FILE",
+                   help="remake every table and figure from a report's runs.csv.gz (committed study data)")
+    r.add_argument("--force", action="store_true", help="write into the committed results/ from a dirty tree")
+    r.add_argument("--x", choices=("step", "tokens"), default=None, help="x axis of learning curves (default step)")
     r.add_argument("--out", default=None, help="output folder (default: RUNS_DIR/report)")
     r.add_argument("--primary", default=None,
                    help="metric of the main tables (default: the sweep spec's report.primary, else eval/acc)")

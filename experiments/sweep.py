@@ -100,14 +100,6 @@ def load_sweep(path: str | Path, out_dir: str | None = None, extra_overrides: li
         arms = {a: {"objective": a} for a in arms}
     if not isinstance(arms, dict) or not isinstance(common, dict):
         raise ConfigError(f"{path}: 'arms' must be a mapping of arm name -> overrides and 'set' a mapping")
-    report = spec.get("report") or {}
-    if not isinstance(report, dict) or set(report) - {"primary", "study"}:
-        raise ConfigError(f"{path}: 'report' must be a mapping with optional keys 'primary' (a metric name) and "
-                          f"'study' (a study section of analysis/studies.py)")
-    if "study" in report:
-        from analysis.studies import STUDIES
-        if report["study"] not in STUDIES:
-            raise ConfigError(f"{path}: report.study {report['study']!r} is not one of {', '.join(STUDIES)}")
     grid = spec.get("grid") or {}
     for k, vals in grid.items():
         if not isinstance(vals, list) or not vals:
@@ -146,6 +138,11 @@ def load_sweep(path: str | Path, out_dir: str | None = None, extra_overrides: li
                 runs.append(RunSpec(label, seed, cfg))
     if len(set(arm_names)) != len(arm_names):
         raise ConfigError(f"{path}: arm names collide: {arm_names}")
+    from analysis.prereg import check_report_spec  # the report: section (analysis.prereg documents its keys)
+    try:
+        check_report_spec(spec.get("report"), arm_names)
+    except ValueError as e:
+        raise ConfigError(f"{path}: {e}") from None
     spec_hash = hashlib.sha256(text.encode()).hexdigest()[:12]
     return Sweep(name, path, spec, spec_hash, out, runs, arm_names, list(seeds), str(base) if base else None)
 
