@@ -1,7 +1,7 @@
 """objbench command line.
 
   objbench train  [--config FILE] [key=value ...]     one run (objective=grpo picks a preset)
-  objbench sweep  SPEC.yaml [--workers N]             a sweep of arms x seeds, then its report
+  objbench sweep  SPEC.yaml [--workers N]             a sweep of arms x seeds, then its report (exit 1 if runs failed)
   objbench report RUNS_DIR                            report.md with figures and tables
   objbench bench  [--config FILE] [key=value ...]     step-time breakdown and tokens/s
   objbench presets [NAME ...]                         print presets as tables
@@ -39,7 +39,7 @@ def _cmd_config(args) -> int:
 
 
 def _cmd_sweep(args) -> int:
-    from experiments.sweep import describe, load_sweep, run_sweep
+    from experiments.sweep import SweepFailed, check_gpus_per_run, describe, load_sweep, run_sweep
 
     from experiments.config import check_unique_keys
 
@@ -48,9 +48,15 @@ def _cmd_sweep(args) -> int:
     if args.dry_run:
         print(describe(sw))
         return 0
+    gpus = None if args.gpus_per_run is None else check_gpus_per_run(args.gpus_per_run, "--gpus-per-run")
     command = "objbench sweep " + " ".join(shlex.quote(a) for a in sys.argv[2:])
     t0 = time.time()
-    run_sweep(sw, workers=args.workers, executor=args.executor, command=command, report=not args.no_report)
+    try:
+        run_sweep(sw, workers=args.workers, executor=args.executor, command=command, report=not args.no_report,
+                  gpus_per_run=gpus, rerun_changed=args.rerun_changed)
+    except SweepFailed as e:  # the failed runs and their errors are listed above and in failures.json
+        print(f"objbench: sweep {sw.name}: {e}", file=sys.stderr)
+        return 1
     print(f"sweep {sw.name} finished in {time.time() - t0:.0f}s")
     return 0
 
@@ -114,9 +120,17 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("spec", help="sweep spec YAML, e.g. experiments/sweeps/quickstart.yaml")
     s.add_argument("--workers", type=int, default=None, help="parallel runs (default: number of cores)")
     s.add_argument("--executor", choices=("local", "ray"), default="local",
-                   help="local worker processes, or a Ray cluster (RAY_ADDRESS) for multi-machine sweeps")
+                   help="local worker processes, or Ray for multi-machine sweeps (RAY_ADDRESS names a running "
+                        "cluster; the output folder and OBJBENCH_CACHE must be on a filesystem every node shares)")
     s.add_argument("--out", default=None, help="output root (default: the spec's out_dir or results/runs)")
-    s.add_argument("--dry-run", action="store_true", help="list the runs and exit")
+    s.add_argument("--gpus-per-run", type=float, default=None, metavar="G",
+                   help="GPUs one run needs (Ray num_gpus; locally at most GPUs/G runs at once, each seeing its own "
+                        "GPUs); a fraction shares a GPU (default: the spec's resources.gpus_per_run, else 1 when "
+                        "model.device is cuda or auto with CUDA present, else 0)")
+    s.add_argument("--rerun-changed", action="store_true",
+                   help="when the sweep folder holds runs of an edited spec, move them to <sweep>/.replaced/"
+                        "<timestamp>/ and run the new spec (without it such a sweep stops before any compute)")
+    s.add_argument("--dry-run", action="store_true", help="list the runs (new, resume, done or changed) and exit")
     s.add_argument("--no-report", action="store_true", help="skip report.md")
     s.add_argument("overrides", nargs="*", help="key=value overrides applied to every run")
     s.set_defaults(fn=_cmd_sweep)

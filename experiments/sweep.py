@@ -4,7 +4,7 @@ A sweep spec is plain data (YAML)::
 
     name: quickstart                 # folder name under out_dir
     base: ../configs/quickstart.yaml # optional base run config, relative to this file
-    out_dir: results/runs            # optional (default results/runs)
+    out_dir: results/runs            # optional (default results/runs; relative to where the command runs)
     seeds: [0, 1, 2]
     set:                             # overrides applied to every arm (dotted keys)
       train.steps: 200
@@ -13,14 +13,38 @@ A sweep spec is plain data (YAML)::
       dapo: {objective: dapo}
     grid:                            # optional cartesian product of field values, crossed with the arms
       objective.loss.agg: [token_mean, seq_mean_token_mean]
+    resources:                       # optional: what one run needs (the --gpus-per-run flag overrides it)
+      gpus_per_run: 1                # default: 1 when model.device is cuda (or auto with CUDA present), else 0
 
-Each (arm, grid point, seed) is one run named ``<arm>[-<grid values>]__s<seed>`` in ``<out_dir>/<name>/``.
-Every arm of a seed shares the seed's cached SFT start and prompt stream (data_seed = seed), so arms differ
-only by what the spec names. All runs are resolved and validated before any compute starts.
+Each (arm, grid point, seed) is one run named ``<arm>[-<grid values>]__s<seed>`` in ``<out_dir>/<name>/``, an
+absolute folder (resolved where the command runs, so every executor writes to the same place). Every arm of a
+seed shares the seed's cached SFT start and prompt stream (data_seed = seed), so arms differ only by what the
+spec names. All runs are resolved and validated before any compute starts.
 
-Runs execute in local worker processes (default: one per core, one torch thread each), or on a Ray cluster
-(``--executor ray``) when a sweep outgrows one machine. Re-running the same command skips finished runs and
-resumes cut-off runs from their last checkpoint.
+Existing run folders are checked before anything is written: a folder holding a different resolved config (the
+spec was edited since) or a run the spec does not name (an arm or seed removed) stops the whole sweep, naming
+the differing keys, so a report never mixes two specs. ``--rerun-changed`` moves such folders to
+``<sweep>/.replaced/<timestamp>/`` (with the old sweep.yaml, sweep.json and report) and runs them anew; nothing
+is ever deleted.
+
+Executors. Local (default): ``--workers`` worker processes (default one per core, cores / workers torch threads
+each; experiments/workers.py). Warm starts go first, one job per distinct start, and each run starts as soon as
+its own start is ready. A worker dies with the sweep, however the sweep ends (``kill -9`` included: Linux
+PR_SET_PDEATHSIG plus a parent watchdog); killing the process group (``kill -- -PGID``, Ctrl-C) stops all at
+once too. Ray (``--executor ray``, ``RAY_ADDRESS`` for a running cluster): the same two stages as Ray tasks,
+each with ``num_cpus`` = threads and ``num_gpus`` = gpus per run; the sweep folder and the warm-start cache
+must be on a filesystem every node sees; workers get OBJBENCH_*, HF_*, WANDB_* and (from a source checkout)
+PYTHONPATH through ``runtime_env``; a task is retried once after a lost worker (it resumes from its
+checkpoint).
+
+GPUs: with ``gpus_per_run`` > 0 no more runs are in flight than the GPUs hold; a local worker sees only its
+own GPUs (CUDA_VISIBLE_DEVICES), numbered from 0, so runs say ``model.device=cuda`` (or auto). A fraction
+(0.5) packs 1/fraction runs onto one GPU. With 0, local workers see no GPU.
+
+Failures: a run that fails (an exception, or its worker dying) does not stop the others; the report is written
+for the finished runs, the failed ones are listed on stdout and in ``<sweep>/failures.json`` (error, traceback
+or exit status, last logged step), and the command exits with status 1 and a one-line message. Re-running the
+same command skips finished runs and resumes cut-off or failed runs from their last checkpoint.
 """
 
 from __future__ import annotations
@@ -28,19 +52,24 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
+import math
 import os
-import sys
 import time
-from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from dataclasses import dataclass, replace
-from multiprocessing import get_context
 from pathlib import Path
 
 import yaml
 
-from experiments.config import ConfigError, TrainConfig, load_config
+from experiments.config import ConfigError, TrainConfig, load_config, to_dict
+from experiments.workers import ANSI, Job, Outcome, one_line, run_jobs
 
-SPEC_KEYS = {"name", "base", "out_dir", "seeds", "set", "arms", "grid", "description", "report"}
+SPEC_KEYS = {"name", "base", "out_dir", "seeds", "set", "arms", "grid", "description", "report", "resources"}
+RESOURCE_KEYS = {"gpus_per_run"}
+RUN_FILES = ("metrics.jsonl", "eval.jsonl", "meta.json", "config.yaml", "done")  # as analysis/load.py reads them
+
+
+class SweepFailed(RuntimeError):
+    """Some runs of a sweep failed (the others finished); the message is one line."""
 
 
 @dataclass(frozen=True)
@@ -61,6 +90,8 @@ class Sweep:
     arms: list[str]
     seeds: list[int]
     base: str | None
+    gpus_per_run: float | None = None
+    """the spec's resources.gpus_per_run (None = decided from model.device, see resolve_gpus)"""
 
     @property
     def sweep_dir(self) -> Path:
@@ -69,6 +100,15 @@ class Sweep:
 
 def _fmt(v) -> str:
     return str(v).replace("/", "_").replace(" ", "")
+
+
+def check_gpus_per_run(value, where: str) -> float:
+    """A GPU count per run: 0, a whole number, or a fraction in (0, 1) (several runs share one GPU)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0 or not math.isfinite(value):
+        raise ConfigError(f"{where} must be a number >= 0 (GPUs per run), got {value!r}")
+    if value >= 1 and value != int(value):
+        raise ConfigError(f"{where}={value}: use a whole number of GPUs, or a fraction below 1 to share one GPU")
+    return float(value)
 
 
 def load_sweep(path: str | Path, out_dir: str | None = None, extra_overrides: list[str] = ()) -> Sweep:
@@ -100,6 +140,12 @@ def load_sweep(path: str | Path, out_dir: str | None = None, extra_overrides: li
         arms = {a: {"objective": a} for a in arms}
     if not isinstance(arms, dict) or not isinstance(common, dict):
         raise ConfigError(f"{path}: 'arms' must be a mapping of arm name -> overrides and 'set' a mapping")
+    resources = spec.get("resources") or {}
+    if not isinstance(resources, dict) or set(resources) - RESOURCE_KEYS:
+        raise ConfigError(f"{path}: 'resources' must be a mapping with optional key(s) {sorted(RESOURCE_KEYS)}")
+    gpus = resources.get("gpus_per_run")
+    if gpus is not None:
+        gpus = check_gpus_per_run(gpus, f"{path}: resources.gpus_per_run")
     grid = spec.get("grid") or {}
     for k, vals in grid.items():
         if not isinstance(vals, list) or not vals:
@@ -110,7 +156,8 @@ def load_sweep(path: str | Path, out_dir: str | None = None, extra_overrides: li
         base_path = (path.parent / base) if not Path(base).is_absolute() else Path(base)
         if not base_path.is_file():
             raise ConfigError(f"{path}: base config {base!r} not found (looked at {base_path})")
-    out = Path(out_dir or spec.get("out_dir") or "results/runs")
+    # absolute: Ray workers (and anything else) run elsewhere, and must write where sweep.json goes
+    out = Path(os.path.abspath(os.path.expanduser(out_dir or spec.get("out_dir") or "results/runs")))
     sweep_dir = out / name
 
     runs, arm_names = [], []
@@ -144,7 +191,8 @@ def load_sweep(path: str | Path, out_dir: str | None = None, extra_overrides: li
     except ValueError as e:
         raise ConfigError(f"{path}: {e}") from None
     spec_hash = hashlib.sha256(text.encode()).hexdigest()[:12]
-    return Sweep(name, path, spec, spec_hash, out, runs, arm_names, list(seeds), str(base) if base else None)
+    return Sweep(name, path, spec, spec_hash, out, runs, arm_names, list(seeds), str(base) if base else None,
+                 gpus)
 
 
 def _yaml_value(v) -> str:
@@ -156,6 +204,166 @@ def _yaml_value(v) -> str:
     if isinstance(v, (list, tuple)):
         return "[" + ",".join(_yaml_value(x) for x in v) + "]"
     return str(v)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# what the sweep folder already holds
+
+
+@dataclass
+class Conflict:
+    """A run folder in the sweep folder that this spec would not produce."""
+
+    run_dir: Path
+    why: str  # "train.steps: 30 -> 40", or "not a run of this spec"
+    finished: bool
+
+
+def _short(v) -> str:
+    s = json.dumps(v, default=str) if v is not None else "(absent)"
+    return s if len(s) <= 40 else s[:37] + "..."
+
+
+def _get(d, key: str):
+    for part in key.split("."):
+        d = d.get(part) if isinstance(d, dict) else None
+    return d
+
+
+def _compare(sw: Sweep, r: RunSpec) -> tuple[str, str, RunSpec]:
+    """(state, why, run) of one run of the spec against its folder: state new | resume | done | changed.
+
+    A folder whose config.yaml differs only in out_dir holds the same run in a moved folder (or one begun when
+    sweeps wrote out_dir relative to the working directory): a finished one is kept as it is; an unfinished one
+    written relative to this directory gets its out_dir back, so train() resumes it; an unfinished one moved
+    from elsewhere is "changed", because experiments.train.run_status compares out_dir too.
+    """
+    from experiments.train import _diff_keys, run_status
+
+    try:
+        return run_status(r.cfg)[1], "", r
+    except ConfigError:
+        pass
+    run_dir = sw.sweep_dir / r.cfg.run_name
+    old = yaml.safe_load((run_dir / "config.yaml").read_text()) or {}
+    new = to_dict(r.cfg)
+    keys = [k for k in sorted(_diff_keys(old, new)) if k != "out_dir"]
+    finished = (run_dir / "done").exists()
+    if not keys:
+        if finished:
+            return "done", "", r
+        if os.path.abspath(str(old.get("out_dir"))) == new["out_dir"]:
+            return "resume", "", replace(r, cfg=replace(r.cfg, out_dir=old["out_dir"]))
+        return "changed", (f"out_dir: {_short(old.get('out_dir'))} -> {_short(new['out_dir'])} (an unfinished run "
+                           "resumes only in the folder it began in)"), r
+    why = "; ".join(f"{k}: {_short(_get(old, k))} -> {_short(_get(new, k))}" for k in keys[:6])
+    if len(keys) > 6:
+        why += f"; and {len(keys) - 6} more key(s)"
+    return "changed", why, r
+
+
+def check_existing(sw: Sweep) -> list[Conflict]:
+    """Compare every run of the spec with what its folder holds, before anything is written or computed.
+
+    Returns the run folders that do not belong to this spec: a folder whose config.yaml differs from the run's
+    resolved config (experiments.train.run_status would refuse it; the differing keys are named with old -> new
+    values), and run folders the spec does not name. Changes nothing on disk; may give a RunSpec back the
+    relative out_dir its folder was begun with (see _compare).
+    """
+    conflicts, names = [], set()
+    for i, r in enumerate(sw.runs):
+        names.add(r.cfg.run_name)
+        state, why, sw.runs[i] = _compare(sw, r)
+        if state == "changed":
+            run_dir = sw.sweep_dir / r.cfg.run_name
+            conflicts.append(Conflict(run_dir, why, (run_dir / "done").exists()))
+    if sw.sweep_dir.is_dir():
+        for d in sorted(sw.sweep_dir.iterdir()):
+            if d.is_dir() and d.name not in names and not d.name.startswith(".") and \
+                    any((d / f).exists() for f in RUN_FILES):
+                conflicts.append(Conflict(d, "not a run of this spec", (d / "done").exists()))
+    return conflicts
+
+
+def conflict_message(sw: Sweep, conflicts: list[Conflict]) -> str:
+    lines = [f"sweep {sw.name}: {len(conflicts)} folder(s) in {sw.sweep_dir} hold runs this spec would not "
+             "produce (it was edited since they ran); nothing was run, nothing changed:"]
+    for c in conflicts[:20]:
+        lines.append(f"  {c.run_dir.name} ({'finished' if c.finished else 'unfinished'}): {c.why}")
+    if len(conflicts) > 20:
+        lines.append(f"  ... and {len(conflicts) - 20} more")
+    lines.append("Either keep them and write the new runs elsewhere (another `name:` in the spec, or --out DIR), "
+                 f"or add --rerun-changed to move them to {sw.sweep_dir / '.replaced'}/<timestamp>/ (nothing is "
+                 "deleted) and run the new spec there.")
+    return "\n".join(lines)
+
+
+def set_aside(sw: Sweep, conflicts: list[Conflict]) -> Path:
+    """Move conflicting run folders, with the old sweep.yaml, sweep.json, failures.json and report, into
+    ``<sweep>/.replaced/<timestamp>/``. Returns that folder."""
+    root = sw.sweep_dir / ".replaced"
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    dest, k = root / stamp, 1
+    while dest.exists():
+        k += 1
+        dest = root / f"{stamp}-{k}"
+    dest.mkdir(parents=True)
+    for c in conflicts:
+        os.replace(c.run_dir, dest / c.run_dir.name)
+    for name in ("sweep.yaml", "sweep.json", "failures.json", "report"):
+        if (sw.sweep_dir / name).exists():
+            os.replace(sw.sweep_dir / name, dest / name)
+    return dest
+
+
+def run_state(sw: Sweep, r: RunSpec) -> str:
+    """new | resume | done | changed, for --dry-run."""
+    return _compare(sw, r)[0]
+
+
+# ---------------------------------------------------------------------------------------------------------
+# resources
+
+
+def _cuda_count() -> int:
+    try:
+        import torch
+        return torch.cuda.device_count()
+    except Exception:  # a broken driver counts as no GPU; the runs then say why they cannot use one
+        return 0
+
+
+def resolve_gpus(sw: Sweep, gpus_per_run: float | None, cuda_present: bool) -> float:
+    """GPUs one run needs: the flag, else the spec's resources.gpus_per_run, else 1 when the runs train on CUDA
+    (model.device cuda, or auto with CUDA present), else 0. Raises ConfigError for combinations that cannot run."""
+    g = gpus_per_run if gpus_per_run is not None else sw.gpus_per_run
+    devices = sorted({r.cfg.model.device for r in sw.runs})
+    if g is None:
+        g = 1.0 if any(d.startswith("cuda") for d in devices) or ("auto" in devices and cuda_present) else 0.0
+    g = check_gpus_per_run(g, "gpus per run")
+    for d in devices:
+        if d.startswith("cuda") and g == 0:
+            raise ConfigError(f"model.device={d} but the sweep gives runs no GPU (gpus per run 0); set "
+                              "--gpus-per-run (or resources.gpus_per_run in the spec)")
+        if d.startswith("cuda:") and int(d[5:]) >= max(1, int(g)):
+            raise ConfigError(f"model.device={d}: a sweep run sees only its own {max(1, int(g))} GPU(s), numbered "
+                              "from 0; use model.device=cuda")
+    return g
+
+
+def _gpu_slots(g: float, visible: list[str]) -> list[str]:
+    """CUDA_VISIBLE_DEVICES of each local worker slot: len = how many runs fit on the GPUs at once."""
+    if g == 0:
+        return []
+    if g < 1:
+        per = int(1 / g + 1e-9)
+        return [v for v in visible for _ in range(per)]
+    n = int(g)
+    return [",".join(visible[i * n:(i + 1) * n]) for i in range(len(visible) // n)]
+
+
+# ---------------------------------------------------------------------------------------------------------
+# the sweep
 
 
 def _run_one(cfg: TrainConfig, meta_extra: dict, threads: int) -> tuple[str, float]:
@@ -177,9 +385,25 @@ def _warm_one(cfg: TrainConfig, threads: int) -> str:
     from experiments.train import warm_start
 
     torch.set_num_threads(threads)
-    if not cfg.model.path or cfg.sft.steps:  # a pretrained model without SFT has nothing to warm
-        warm_start(cfg, build_task(cfg))
+    warm_start(cfg, build_task(cfg))  # trains with a fixed thread count (rollout.sft.WARM_START_THREADS)
     return f"seed {cfg.seed}"
+
+
+def _warm_groups(todo: list[RunSpec]) -> dict[tuple, list[RunSpec]]:
+    """Runs by warm start: one group per distinct (seed, task, model, sft), so no two workers train one start."""
+    groups: dict[tuple, list[RunSpec]] = {}
+    for r in todo:
+        c = r.cfg
+        if c.model.path and not c.sft.steps:  # a pretrained model without SFT has nothing to warm
+            continue
+        key = (c.seed, repr(c.task), repr(c.model), repr(c.sft), c.rollout.chat_template)
+        groups.setdefault(key, []).append(r)
+    return groups
+
+
+def _warm_label(i: int, n: int, runs: list[RunSpec]) -> str:
+    names = ", ".join(r.cfg.run_name for r in runs[:2]) + (f" +{len(runs) - 2}" if len(runs) > 2 else "")
+    return f"warm start {i}/{n} (seed {runs[0].seed}: {names})"
 
 
 def write_sweep_files(sw: Sweep, command: str):
@@ -194,75 +418,259 @@ def write_sweep_files(sw: Sweep, command: str):
 
 
 def run_sweep(sw: Sweep, *, workers: int | None = None, executor: str = "local", command: str = "",
-              report: bool = True) -> Path:
+              report: bool = True, gpus_per_run: float | None = None, rerun_changed: bool = False) -> Path:
+    """Run every unfinished run of ``sw``, then write its report; returns the sweep folder.
+
+    Raises ConfigError (before anything is written) when the sweep folder holds runs of an edited spec and
+    ``rerun_changed`` is off, and SweepFailed (after the report) when some runs failed.
+    """
+    conflicts = check_existing(sw)
+    if conflicts and not rerun_changed:
+        raise ConfigError(conflict_message(sw, conflicts))
+    ray, ray_started = _ray_connect() if executor == "ray" else (None, False)
+    try:
+        return _run_sweep(sw, ray, workers, command, report, gpus_per_run, conflicts)
+    finally:
+        if ray_started:
+            ray.shutdown()
+
+
+def _run_sweep(sw: Sweep, ray, workers, command, report, gpus_per_run, conflicts) -> Path:
     from tqdm.auto import tqdm
 
+    if ray is not None:
+        gpus = resolve_gpus(sw, gpus_per_run, ray.cluster_resources().get("GPU", 0) > 0)
+    else:
+        gpus = resolve_gpus(sw, gpus_per_run, _cuda_count() > 0)
+    workers = max(1, workers or os.cpu_count() or 1)
+    slots = None
+    if ray is None and gpus:  # never more runs in flight than the GPUs hold
+        n = _cuda_count()
+        visible = [v for v in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if v.strip()]
+        slots = _gpu_slots(gpus, (visible or [str(i) for i in range(n)])[:n])
+        if not slots:
+            raise ConfigError(f"each run needs {gpus:g} GPU(s) and this machine has {n}; set --gpus-per-run")
+        workers = min(workers, len(slots))
+    if conflicts:  # from here on the sweep folder changes
+        dest = set_aside(sw, conflicts)
+        print(f"sweep {sw.name}: moved {len(conflicts)} run folder(s) of the old spec to {dest}", flush=True)
     write_sweep_files(sw, command or f"objbench sweep {sw.path}")
+    (sw.sweep_dir / "failures.json").unlink(missing_ok=True)  # it described an earlier attempt
     todo = [r for r in sw.runs if not (sw.sweep_dir / r.cfg.run_name / "done").exists()]
     n_done = len(sw.runs) - len(todo)
-    workers = max(1, workers or os.cpu_count() or 1)
     threads = max(1, (os.cpu_count() or 1) // workers)
+    where = "Ray" if ray is not None else f"{workers} worker(s)"
     print(f"sweep {sw.name}: {len(sw.runs)} runs ({len(sw.arms)} arms x {len(sw.seeds)} seeds), "
-          f"{n_done} already finished; {workers} worker(s) x {threads} thread(s) -> {sw.sweep_dir}", flush=True)
+          f"{n_done} already finished; {where} x {threads} thread(s), {gpus:g} GPU(s) per run -> {sw.sweep_dir}",
+          flush=True)
+    failures = []
     if todo:
-        if executor == "ray":
-            _run_ray(sw, todo, threads)
-        else:
-            _run_local(sw, todo, workers, threads, tqdm)
+        bar = tqdm(total=len(todo), desc=f"sweep {sw.name}", unit="run")
+        try:
+            if ray is not None:
+                failures = _run_ray(ray, sw, todo, threads, gpus, bar)
+            else:
+                failures = _run_local(sw, todo, workers, threads, slots, bar)
+        finally:
+            bar.close()
+    if failures:
+        path = sw.sweep_dir / "failures.json"
+        path.write_text(json.dumps(failures, indent=1))
+        print(f"{len(failures)} of {len(sw.runs)} runs failed (details: {path}):", flush=True)
+        for f in failures:
+            at = f" (last logged step {f['last_step']})" if f["last_step"] is not None else ""
+            print(f"  {f['run']}{at}: {f['error']}", flush=True)
     if report:
         from analysis.report import write_report
 
-        path = write_report(sw.sweep_dir)
-        print(f"report: {path}", flush=True)
+        try:
+            print(f"report: {write_report(sw.sweep_dir)}", flush=True)
+        except ValueError as e:  # no finished run to report on
+            if not failures:
+                raise
+            print(f"no report: {e}", flush=True)
+    if failures:
+        names = ", ".join(f["run"] for f in failures[:3]) + (" ..." if len(failures) > 3 else "")
+        raise SweepFailed(f"{len(failures)} of {len(sw.runs)} runs failed ({names}: see "
+                          f"{sw.sweep_dir / 'failures.json'}); re-run the same command to retry them")
     return sw.sweep_dir
 
 
-def _run_local(sw: Sweep, todo: list[RunSpec], workers: int, threads: int, tqdm):
-    ctx = get_context("spawn")  # fresh interpreters: no torch thread pools or RNG state shared across runs
-    # warm starts first, one per distinct (seed, task, model, sft) so two workers never train the same start
-    starts = {}
+def _last_step(run_dir: Path) -> int | None:
+    step = None
+    try:
+        for line in (run_dir / "metrics.jsonl").read_text().splitlines():
+            try:
+                step = json.loads(line).get("step", step)
+            except (json.JSONDecodeError, AttributeError):
+                pass
+    except OSError:
+        pass
+    return step
+
+
+def _failure(sw: Sweep, r: RunSpec, error: str, detail: str) -> dict:
+    run_dir = sw.sweep_dir / r.cfg.run_name
+    return {"run": r.cfg.run_name, "arm": r.arm, "seed": r.seed, "error": error, "detail": detail,
+            "run_dir": str(run_dir), "last_step": _last_step(run_dir)}
+
+
+def _run_local(sw: Sweep, todo: list[RunSpec], workers: int, threads: int, slots: list[str] | None, bar) -> list:
+    groups = _warm_groups(todo)
+    jobs, run_of = [], {}
+    warm_of = {}
+    for i, (key, runs) in enumerate(groups.items(), 1):
+        name = _warm_label(i, len(groups), runs)
+        jobs.append(Job(name, _warm_one, (runs[0].cfg, threads)))
+        for r in runs:
+            warm_of[r.cfg.run_name] = name
     for r in todo:
-        key = (r.cfg.seed, repr(r.cfg.task), repr(r.cfg.model), repr(r.cfg.sft))
-        starts.setdefault(key, r.cfg)
-    with ProcessPoolExecutor(max_workers=workers, mp_context=ctx) as pool:
-        futs = [pool.submit(_warm_one, c, threads) for c in starts.values()]
-        for f in tqdm(futs, desc="warm starts", unit="start"):
-            f.result()
-        bar = tqdm(total=len(todo), desc=f"sweep {sw.name}", unit="run")
-        pending = {pool.submit(_run_one, r.cfg, {"arm": r.arm, "sweep": sw.name, "spec_hash": sw.spec_hash},
-                               threads): r for r in todo}
-        errors = []
-        while pending:
-            done, _ = wait(pending, return_when=FIRST_COMPLETED)
-            for f in done:
-                r = pending.pop(f)
-                try:
-                    name, secs = f.result()
-                    bar.write(f"  finished {name} in {secs:.0f}s")
-                except Exception as e:  # keep the other runs going; report at the end
-                    errors.append((r.cfg.run_name, e))
-                    bar.write(f"  FAILED {r.cfg.run_name}: {type(e).__name__}: {e}")
-                bar.update(1)
-        bar.close()
-    if errors:
-        raise RuntimeError(f"{len(errors)} run(s) failed: " + "; ".join(f"{n}: {e}" for n, e in errors))
+        meta = {"arm": r.arm, "sweep": sw.name, "spec_hash": sw.spec_hash}
+        jobs.append(Job(r.cfg.run_name, _run_one, (r.cfg, meta, threads), after=warm_of.get(r.cfg.run_name)))
+        run_of[r.cfg.run_name] = r
+    gpu_free = {"CUDA_VISIBLE_DEVICES": ""} if _cuda_count() else {}  # runs that need no GPU see none
+    envs = [{"CUDA_VISIBLE_DEVICES": s} for s in slots] if slots else [gpu_free] * workers
+    failures = []
+
+    def started(job):
+        if job.name not in run_of:
+            bar.write(f"  {job.name}: started")
+
+    def ended(out: Outcome):
+        r = run_of.get(out.job.name)
+        if r is None:
+            bar.write(f"  {out.job.name}: " + (f"ready in {out.seconds:.0f}s" if out.ok else f"FAILED: {out.error}"))
+            return
+        if out.ok:
+            bar.write(f"  finished {r.cfg.run_name} in {out.seconds:.0f}s")
+        else:
+            bar.write(f"  FAILED {r.cfg.run_name}: {out.error}")
+            failures.append(_failure(sw, r, out.error, out.detail))
+        bar.update(1)
+
+    run_jobs(jobs, envs, on_start=started, on_end=ended)
+    return failures
 
 
-def _run_ray(sw: Sweep, todo: list[RunSpec], threads: int):
+# ---------------------------------------------------------------------------------------------------------
+# Ray
+
+
+def _ray_connect():
     try:
         import ray
     except ImportError:
         raise ConfigError("--executor ray needs Ray: pip install 'objbench[ray]'") from None
-    ray.init(address=os.environ.get("RAY_ADDRESS"), ignore_reinit_error=True)
-    remote = ray.remote(num_cpus=threads)(_run_one)
-    refs = [remote.remote(r.cfg, {"arm": r.arm, "sweep": sw.name, "spec_hash": sw.spec_hash}, threads)
-            for r in todo]
-    for name, secs in ray.get(refs):
-        print(f"  finished {name} in {secs:.0f}s", flush=True)
+    if ray.is_initialized():
+        return ray, False
+    ray.init(address=os.environ.get("RAY_ADDRESS"), log_to_driver=True)
+    return ray, True
+
+
+def ray_env() -> dict:
+    """Environment of the Ray tasks (runtime_env env_vars): what a run reads from its environment."""
+    import experiments
+    from rollout.sft import default_cache_dir
+
+    env = {k: v for k, v in os.environ.items()
+           if k.startswith(("OBJBENCH_", "HF_", "WANDB_")) or k in ("TRANSFORMERS_OFFLINE", "TOKENIZERS_PARALLELISM")}
+    # the warm starts trained in stage 1 must be found by the runs, on whatever node: one absolute cache folder
+    env["OBJBENCH_CACHE"] = os.path.abspath(os.path.expanduser(str(default_cache_dir())))
+    root = Path(experiments.__file__).resolve().parent.parent
+    if (root / "pyproject.toml").is_file():  # a source checkout: workers import this very code, not an install
+        rest = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p and p != str(root)]
+        env["PYTHONPATH"] = os.pathsep.join([str(root)] + rest)
+    return env
+
+
+def _check_visible(sweep_dir: str):
+    if not (Path(sweep_dir) / "sweep.json").is_file():
+        import socket
+        raise RuntimeError(f"{sweep_dir}/sweep.json is not visible on {socket.gethostname()}: a Ray sweep needs "
+                           "its output folder on a filesystem every node shares (e.g. --out /shared/runs)")
+
+
+def _ray_warm(cfg: TrainConfig, threads: int, sweep_dir: str) -> str:
+    _check_visible(sweep_dir)
+    return _warm_one(cfg, threads)
+
+
+def _ray_run(cfg: TrainConfig, meta_extra: dict, threads: int, cwd: str, sweep_dir: str, _warm=None):
+    _check_visible(sweep_dir)
+    if not os.path.isabs(cfg.out_dir):  # a folder begun before out_dirs were absolute (see check_existing)
+        os.chdir(cwd)
+    return _run_one(cfg, meta_extra, threads)
+
+
+def _ray_error(e: BaseException) -> tuple[str, str]:
+    cause = getattr(e, "cause", None)
+    detail = ANSI.sub("", str(e))
+    return (one_line(cause) if isinstance(cause, BaseException) else one_line(e)), detail[-20000:]
+
+
+def _run_ray(ray, sw: Sweep, todo: list[RunSpec], threads: int, gpus: float, bar) -> list:
+    """Warm starts, then runs (each after its start), as Ray tasks; failures are collected with ray.wait."""
+    env = ray_env()
+    opts = {"runtime_env": {"env_vars": env}, "max_retries": 1}
+    warm_task, run_task = ray.remote(_ray_warm), ray.remote(_ray_run)
+    groups = _warm_groups(todo)
+    refs, warm_ref = {}, {}  # ref -> (kind, label or RunSpec)
+    for i, (key, runs) in enumerate(groups.items(), 1):
+        label = _warm_label(i, len(groups), runs)
+        cfg = runs[0].cfg
+        ref = warm_task.options(num_cpus=1, num_gpus=gpus if cfg.model.path else 0, name=f"warm-seed{cfg.seed}",
+                                **opts).remote(cfg, threads, str(sw.sweep_dir))
+        refs[ref] = ("warm", label)
+        for r in runs:
+            warm_ref[r.cfg.run_name] = (ref, label)
+        bar.write(f"  {label}: submitted")
+    cwd = os.getcwd()
+    for r in todo:
+        meta = {"arm": r.arm, "sweep": sw.name, "spec_hash": sw.spec_hash}
+        dep = warm_ref.get(r.cfg.run_name, (None, None))[0]
+        ref = run_task.options(num_cpus=threads, num_gpus=gpus, name=r.cfg.run_name, **opts).remote(
+            r.cfg, meta, threads, cwd, str(sw.sweep_dir), dep)
+        refs[ref] = ("run", r)
+    failures, warm_failed = [], {}
+    pending = list(refs)
+    while pending:
+        ready, pending = ray.wait(pending, num_returns=1)
+        for ref in ready:
+            kind, what = refs[ref]
+            try:
+                value = ray.get(ref)
+                ok, error, detail = True, "", ""
+            except Exception as e:  # noqa: BLE001 - one run's failure is listed, the others go on
+                value, ok = None, False
+                error, detail = _ray_error(e)
+            if kind == "warm":
+                bar.write(f"  {what}: " + ("ready" if ok else f"FAILED: {error}"))
+                if not ok:
+                    warm_failed[what] = error
+                continue
+            if ok:
+                name, secs = value
+                bar.write(f"  finished {name} in {secs:.0f}s")
+            else:
+                label = warm_ref.get(what.cfg.run_name, (None, None))[1]
+                if label in warm_failed:
+                    error = f"its {label} failed: {warm_failed[label]}"
+                bar.write(f"  FAILED {what.cfg.run_name}: {error}")
+                failures.append(_failure(sw, what, error, detail))
+            bar.update(1)
+    return failures
 
 
 def describe(sw: Sweep) -> str:
+    """The runs of a sweep and what the sweep folder holds for each (new, resume, done, changed), for --dry-run."""
     lines = [f"sweep {sw.name} (spec {sw.spec_hash}) -> {sw.sweep_dir}"]
+    conflicts = {c.run_dir.name: c for c in check_existing(sw)}
     for r in sw.runs:
-        lines.append(f"  {r.cfg.run_name:40s} objective={r.cfg.objective.name} seed={r.seed}")
+        c = conflicts.pop(r.cfg.run_name, None)
+        state = f"changed: {c.why}" if c else run_state(sw, r)
+        lines.append(f"  {r.cfg.run_name:40s} objective={r.cfg.objective.name} seed={r.seed} [{state}]")
+    for name, c in conflicts.items():
+        lines.append(f"  {name:40s} [{c.why}]")
+    if any(" [changed" in line or "not a run" in line for line in lines):
+        lines.append("a sweep would stop before any compute: see --rerun-changed")
     return "\n".join(lines)

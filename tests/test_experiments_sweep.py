@@ -48,6 +48,14 @@ grid:
     assert g0[0].sft == g0[1].sft and g0[0].task == g0[1].task and g0[0].rollout == g0[1].rollout
 
 
+def test_out_dir_is_absolute_and_resources_are_read(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # Ray workers run elsewhere: every run must name the folder sweep.json goes to
+    sw = load_sweep(_spec(tmp_path, "arms: [grpo]\nout_dir: rel\nresources: {gpus_per_run: 0.5}\n"))
+    assert sw.sweep_dir == tmp_path / "rel" / "s" and sw.runs[0].cfg.out_dir == str(tmp_path / "rel" / "s")
+    assert sw.gpus_per_run == 0.5
+    assert load_sweep(_spec(tmp_path, "arms: [grpo]\n"), out_dir="o").sweep_dir == tmp_path / "o" / "s"
+
+
 def test_list_of_presets_and_seed_count(tmp_path):
     sw = load_sweep(_spec(tmp_path, "arms: [ppo, gspo]\nseeds: 2\n"))
     assert sw.arms == ["ppo", "gspo"] and sw.seeds == [0, 1] and len(sw.runs) == 4
@@ -63,6 +71,9 @@ def test_list_of_presets_and_seed_count(tmp_path):
     ("arms: [grpo]\ngrid: {objective.loss.agg: []}\n", "grid.objective.loss.agg"),
     ("arms: [grpo]\nbase: missing.yaml\n", "missing.yaml"),
     ("arms: [grpo\n", "YAML"),
+    ("arms: [grpo]\nresources: {gpus: 1}\n", "resources"),
+    ("arms: [grpo]\nresources: {gpus_per_run: 1.5}\n", "whole number"),
+    ("arms: [grpo]\nresources: {gpus_per_run: -1}\n", "gpus_per_run"),
 ])
 def test_bad_specs_fail_before_any_run(tmp_path, body, needle):
     with pytest.raises(ConfigError, match=None) as e:
