@@ -44,7 +44,8 @@ def _cmd_sweep(args) -> int:
     from experiments.config import check_unique_keys
 
     check_unique_keys(args.overrides)
-    sw = load_sweep(args.spec, out_dir=args.out, extra_overrides=args.overrides)
+    sw = load_sweep(args.spec, out_dir=args.out, extra_overrides=args.overrides,
+                    check_device=args.executor != "ray")
     if args.dry_run:
         print(describe(sw))
         return 0

@@ -402,7 +402,7 @@ def parse_overrides(overrides: list[str]) -> tuple[Optional[str], list[str]]:
 
 
 def load_config(path: str | Path | None = None, overrides: list[str] | tuple = (),
-                extra: dict | None = None) -> TrainConfig:
+                extra: dict | None = None, *, check_device: bool = True) -> TrainConfig:
     """Resolve a TrainConfig from a YAML file (optional), a dict of extra settings, and CLI overrides.
 
     Precedence, lowest first: defaults < preset < YAML < ``extra`` < CLI overrides; a CLI ``objective=``
@@ -463,7 +463,7 @@ def load_config(path: str | Path | None = None, overrides: list[str] | tuple = (
         if isinstance(e, ConfigError):
             raise
         raise ConfigError(str(e)) from None
-    check_model(cfg)  # a bad model folder stops here, before any compute and before a run folder exists
+    check_model(cfg, device=check_device)  # a bad model folder stops here, before any compute or run folder
     _check_charset(cfg)
     check_optional_packages(cfg)
     from algos import check_against_rollout
@@ -543,13 +543,15 @@ def _resolve_task(spec: dict) -> dict:
     return resolved
 
 
-def check_model(cfg: TrainConfig) -> dict:
+def check_model(cfg: TrainConfig, *, device: bool = True) -> dict:
     """For ``model.path``: check the folder (config, weights present, tokenizer, vocabulary, EOS) without loading
-    its weights, and the device; returns what was found ({} for a built-in architecture). Raises ConfigError."""
+    its weights, and (``device``) that model.device exists here; returns what was found ({} for a built-in
+    architecture). Raises ConfigError. A driver submitting to a GPU cluster skips the device check."""
     from rollout.bundle import inspect_model_folder, resolve_device
 
     try:
-        resolve_device(cfg.model.device)
+        if device:
+            resolve_device(cfg.model.device)
         return inspect_model_folder(cfg.model.path) if cfg.model.path else {}
     except ValueError as e:
         raise ConfigError(str(e)) from None

@@ -111,8 +111,10 @@ def check_gpus_per_run(value, where: str) -> float:
     return float(value)
 
 
-def load_sweep(path: str | Path, out_dir: str | None = None, extra_overrides: list[str] = ()) -> Sweep:
-    """Parse, expand and validate a sweep spec. Raises ConfigError naming the problem."""
+def load_sweep(path: str | Path, out_dir: str | None = None, extra_overrides: list[str] = (), *,
+               check_device: bool = True) -> Sweep:
+    """Parse, expand and validate a sweep spec. Raises ConfigError naming the problem. ``check_device=False``
+    (the Ray executor) leaves model.device to the workers: a CPU driver may submit GPU runs."""
     path = Path(path)
     if not path.is_file():
         raise ConfigError(f"sweep spec not found: {path}")
@@ -179,7 +181,7 @@ def load_sweep(path: str | Path, out_dir: str | None = None, extra_overrides: li
                 over += list(extra_overrides)
                 over += [f"seed={seed}", f"name={label}__s{seed}", f"out_dir={sweep_dir}"]
                 try:
-                    cfg = load_config(base_path, over)
+                    cfg = load_config(base_path, over, check_device=check_device)
                 except ConfigError as e:
                     raise ConfigError(f"{path}: arm {label!r}, seed {seed}: {e}") from None
                 runs.append(RunSpec(label, seed, cfg))

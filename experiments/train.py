@@ -726,6 +726,9 @@ def _load_checkpoint(last: Path, s: Setup, opt, critic_opt) -> dict:
 # the run
 
 
+LOCATION_KEYS = ("out_dir",)  # where a run lives, not what it is: a moved folder still resumes
+
+
 def run_status(cfg: TrainConfig) -> tuple[Path, str]:
     """(run_dir, status) with status in new|resume|done, writing nothing.
 
@@ -741,10 +744,10 @@ def run_status(cfg: TrainConfig) -> tuple[Path, str]:
         if not isinstance(old, dict) or not set(to_dict(cfg)) <= set(old):
             raise RunFolderError(f"{run_dir}/config.yaml is incomplete (cut off while it was written?); the folder "
                                  f"is not a usable run: move or delete {run_dir}, or choose another name=")
-        if old != to_dict(cfg):
+        diff = sorted(k for k in _diff_keys(old, to_dict(cfg)) if k not in LOCATION_KEYS)
+        if diff:
             if not (run_dir / "checkpoints" / "last" / "state.json").is_file() and not (run_dir / "done").exists():
                 return run_dir, "replace"  # a run that failed before its first checkpoint: nothing to resume
-            diff = sorted(_diff_keys(old, to_dict(cfg)))
             raise ConfigError(
                 f"{run_dir} already holds a run with a different config (differs in: {', '.join(diff[:8])}); "
                 "choose another name= or out_dir=, or delete that folder yourself")
