@@ -6,37 +6,48 @@ objbench.
 
 Public API
 ----------
-    algos.compute_advantages(cfg, *, rewards, mask, values=None, old_logp=None, ref_logp=None, max_len=None)
+    algos.compute_advantages(cfg, *, rewards, mask, values=None, old_logp=None, ref_logp=None, max_len=None,
+                             group_sizes=None)
     algos.compute_loss(cfg, *, logp, old_logp, advantages, mask, ref_logp=None, entropy=None, max_len=None)
     algos.compute_value_loss(cfg, *, values, old_values, returns, mask, max_len=None)
     algos.policy_loss(logp, old_logp, advantages, mask, ratio="token", eps_low=0.2, eps_high=0.2,
                       dual_clip=None, agg="token_mean", max_len=None, surrogate="ppo_clip",
                       eps_low_is=None, eps_high_is=0.28, tau_pos=1.0, tau_neg=1.05)
     algos.aggregate(loss_mat, mask, mode, max_len=None)          # the function (module: algos/aggregate.py)
-    algos.advantages.{gae, whiten, value_loss, group_relative, rloo, group_stats}
+    algos.advantages.{gae, whiten, value_loss, group_relative, rloo, hybrid, group_stats}
     algos.kl.{estimate, exact_kl}; algos.entropy.token_entropy
-    algos.filters.{dynamic_sampling_keep, overlong_penalty, overlong_filter}
-    algos.ObjectiveConfig (+ AdvantageConfig, RatioConfig, LossConfig, KLConfig, ValueConfig, FilterConfig)
+    algos.filters.{dynamic_sampling_keep, overlong_penalty, overlong_filter, top_fraction_keep,
+                   group_reward_correction}
+    algos.groups.{layout, wanted_sizes, fill_budget, update_pass_rates}   # unequal and adaptive group sizes
+    algos.schedules.{Schedule, TemperatureControl, progress, value_at, objective_at, scheduled_values,
+                     controlled_temperature, check_temperature}
+    algos.objective_at(cfg, progress)                  # the static objective in effect at progress in [0, 1]
+    algos.ObjectiveConfig (+ AdvantageConfig, RatioConfig, LossConfig, KLConfig, ValueConfig, FilterConfig,
+                           GroupConfig, Schedule)
     algos.check_against_rollout(cfg, max_new_tokens)   # checks that need the sampler's max response length
     algos.fields_read(cfg)                             # the fields the chosen components read, and who reads them
     algos.presets, algos.get_preset, algos.with_overrides, algos.config_to_dict, algos.format_config_table
     algos.surrogates.{ppo_clip, cispo, sapo}
-    algos.registry.{ADVANTAGE_ESTIMATORS, AGGREGATION_MODES, KL_ESTIMATORS, RATIO_LEVELS, SURROGATES}
+    algos.registry.{ADVANTAGE_ESTIMATORS, AGGREGATION_MODES, KL_ESTIMATORS, RATIO_LEVELS, SURROGATES,
+                    SCHEDULE_KINDS, GROUP_SIZE_RULES}
 """
 
 # component modules first: importing them fills the registries that config validation reads
 from algos import registry  # noqa: I001
 from algos import aggregate as _aggregate_module  # noqa: F401
+from algos import schedules, groups  # noqa: F401
 from algos import advantages, entropy, filters, kl, policy, surrogates  # noqa: F401
 from algos.aggregate import aggregate  # the function shadows the submodule name on purpose
 from algos.policy import policy_loss
 from algos.config import (
     AdvantageConfig,
     FilterConfig,
+    GroupConfig,
     KLConfig,
     LossConfig,
     ObjectiveConfig,
     RatioConfig,
+    Schedule,
     ValueConfig,
     check_against_rollout,
     config_from_dict,
@@ -48,6 +59,7 @@ from algos.config import (
 from algos import presets as _presets_module  # noqa: F401
 from algos.presets import get_preset, presets
 from algos.objective import METRIC_DOCS, compute_advantages, compute_loss, compute_value_loss
+from algos.schedules import objective_at
 
 __all__ = [
     "aggregate",
@@ -57,6 +69,8 @@ __all__ = [
     "kl",
     "policy",
     "surrogates",
+    "schedules",
+    "groups",
     "registry",
     "policy_loss",
     "AdvantageConfig",
@@ -65,7 +79,10 @@ __all__ = [
     "KLConfig",
     "ValueConfig",
     "FilterConfig",
+    "GroupConfig",
+    "Schedule",
     "ObjectiveConfig",
+    "objective_at",
     "check_against_rollout",
     "fields_read",
     "with_overrides",

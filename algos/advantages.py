@@ -1,9 +1,13 @@
-"""Advantage estimators: GAE (PPO), group-relative (GRPO / Dr. GRPO / TRL batch scaling), RLOO.
+"""Advantage estimators: GAE (PPO), group-relative (GRPO / Dr. GRPO / TRL batch scaling), RLOO, and the
+hybrid of group-relative and GAE (seed 003, "future directions" 2).
 
 Shapes: B responses, T response tokens; ``mask`` is a (B, T) torch.bool tensor, True = valid token.
 
 Group layout (all group functions): rewards are laid out as contiguous groups of ``group_size`` G, rows
-``[g*G:(g+1)*G]`` are the G responses to prompt g; B must be divisible by G.
+``[g*G:(g+1)*G]`` are the G responses to prompt g; B must be divisible by G. ``group_size`` may also be a
+sequence of Python ints, one size per contiguous group (adaptive group sizes, ``algos.groups``): every
+statistic then uses its group's own size (mean over G_g, ddof = 1 std over G_g - 1, RLOO over G_g - 1).
+Equal sizes, given either way, run the same reshape(-1, G) code as before unequal groups existed.
 
 Singleton groups (decision): group estimators reject ``group_size < 2`` with a ValueError naming
 ``group_size`` -- a group of one has no baseline (verl's loop returns A = R there, its vectorised version 0;
@@ -22,6 +26,7 @@ import torch
 
 from algos._checks import as_mask, check_choice, check_float, check_group_size, masked_mean, masked_sum
 from algos.aggregate import aggregate
+from algos.groups import Segments, layout
 from algos.registry import ADVANTAGE_ESTIMATORS
 
 __all__ = [
@@ -30,6 +35,7 @@ __all__ = [
     "value_loss",
     "group_relative",
     "rloo",
+    "hybrid",
     "group_stats",
     "GroupStats",
     "AdvantageEstimator",
@@ -181,7 +187,7 @@ def _zero_variance(r: torch.Tensor) -> torch.Tensor:
 
 
 def group_relative(
-    rewards: torch.Tensor, group_size: int, scale: str = "group", eps: float = 1e-6
+    rewards: torch.Tensor, group_size, scale: str = "group", eps: float = 1e-6
 ) -> torch.Tensor:
     """Group-relative advantages (GRPO, Shao et al. 2024, arXiv 2402.03300, sec. 4.1.2):
 
@@ -193,18 +199,22 @@ def group_relative(
     exactly 0 for every member. eps: verl 1e-6 (our default), TRL 1e-4, OpenRLHF 1e-9.
 
     Args:
-        rewards: (B,) float, contiguous groups of ``group_size`` (see module docstring).
-        group_size: G >= 2 dividing B.
+        rewards: (B,) float, contiguous groups (see module docstring).
+        group_size: G >= 2 dividing B, or a sequence of group sizes (each >= 2) summing to B.
         scale: "group" | "batch" | "none".
         eps: >= 0, added to the std.
 
     Returns:
         (B,) per-sequence advantages (broadcast them to tokens with ``broadcast_to_tokens``).
     """
-    r = _grouped(rewards, group_size)
+    check_float(rewards, "rewards", ndim=1)
+    G, sizes = layout(group_size, rewards.shape[0])
     check_choice(scale, "scale", GROUP_SCALES)
     if not eps >= 0.0:
         raise ValueError(f"eps must be >= 0, got {eps}")
+    if sizes is not None:
+        return _group_relative_unequal(rewards, sizes, scale, eps)
+    r = _grouped(rewards, G)
     zero_var = _zero_variance(r)  # (n, 1)
     centered = torch.where(zero_var, torch.zeros_like(r), r - r.mean(dim=1, keepdim=True))  # R_i - mean_g R
     if scale == "none":
@@ -220,19 +230,62 @@ def group_relative(
     return adv.reshape(-1)
 
 
-def rloo(rewards: torch.Tensor, group_size: int) -> torch.Tensor:
+def _group_relative_unequal(rewards, sizes, scale, eps):
+    # the same formulas with each group's own size G_g (every size >= 2, checked by layout)
+    seg = Segments(sizes, rewards)
+    zero_var = seg.zero_var(rewards)[seg.ids]  # (B,)
+    mean = seg.mean(rewards)  # (n,)
+    dev = rewards - mean[seg.ids]  # R_i - mean_g R
+    centered = torch.where(zero_var, torch.zeros_like(rewards), dev)
+    if scale == "none":
+        return centered
+    if scale == "group":
+        std = (seg.sum(dev * dev) / (seg.count - 1.0)).sqrt()[seg.ids]  # unbiased, G_g - 1
+    else:  # "batch"
+        std = rewards.std(correction=1).expand_as(rewards)
+    denom = torch.where(zero_var, torch.ones_like(std), std + eps)
+    return centered / denom
+
+
+def rloo(rewards: torch.Tensor, group_size) -> torch.Tensor:
     """REINFORCE leave-one-out (Kool et al. 2019; Ahmadian et al. 2024, arXiv 2402.14740):
 
         A_i = R_i - (sum_g R - R_i) / (G - 1)   (= G/(G-1) (R_i - mean_g R))
 
-    Args: rewards (B,) float in contiguous groups; group_size G >= 2 dividing B.
+    Args: rewards (B,) float in contiguous groups; group_size G >= 2 dividing B, or a sequence of group sizes
+        (each >= 2; G is then each group's own size).
     Returns: (B,) per-sequence advantages; exactly 0 for all-equal groups.
     """
-    r = _grouped(rewards, group_size)
+    check_float(rewards, "rewards", ndim=1)
+    G, sizes = layout(group_size, rewards.shape[0])
+    if sizes is not None:
+        seg = Segments(sizes, rewards)
+        zero_var = seg.zero_var(rewards)[seg.ids]
+        baseline = (seg.sum(rewards)[seg.ids] - rewards) / (seg.count[seg.ids] - 1.0)  # mean of the other G_g - 1
+        return torch.where(zero_var, torch.zeros_like(rewards), rewards - baseline)
+    r = _grouped(rewards, G)
     zero_var = _zero_variance(r)
-    baseline = (r.sum(dim=1, keepdim=True) - r) / (group_size - 1)  # mean of the other G-1 rewards
+    baseline = (r.sum(dim=1, keepdim=True) - r) / (G - 1)  # mean of the other G-1 rewards
     adv = torch.where(zero_var, torch.zeros_like(r), r - baseline)
     return adv.reshape(-1)
+
+
+def hybrid(group_adv: torch.Tensor, gae_adv: torch.Tensor, alpha: float) -> torch.Tensor:
+    """Hybrid advantage (seed 003, "future directions" 2: the critic's long-term value prediction combined
+    with GRPO's short-term group comparison):
+
+        A_it = alpha * A^group_i + (1 - alpha) * A^GAE_it
+
+    A^group the group-relative advantage of sequence i broadcast to its tokens, A^GAE the (whitened, when
+    adv.whiten) GAE advantage of token t. alpha = 1 is the group estimator, alpha = 0 GAE; both parts have
+    about unit scale (std-scaled groups, whitened GAE), so alpha is close to the share of each.
+
+    Args: group_adv, gae_adv (B, T) (0 at masked positions); alpha in [0, 1].  Returns: (B, T).
+    """
+    if not 0.0 <= alpha <= 1.0:
+        raise ValueError(f"alpha must be in [0, 1], got {alpha}")
+    check_float(gae_adv, "gae_adv", shape=group_adv.shape)
+    return alpha * group_adv + (1.0 - alpha) * gae_adv
 
 
 class GroupStats(NamedTuple):
@@ -244,18 +297,28 @@ class GroupStats(NamedTuple):
     zero_var: torch.Tensor  # bool: all rewards of the group are equal (DAPO dynamic sampling drops these)
 
 
-def group_stats(rewards: torch.Tensor, group_size: int, pass_threshold: float = 0.5) -> GroupStats:
+def group_stats(rewards: torch.Tensor, group_size, pass_threshold: float = 0.5) -> GroupStats:
     """Per-group mean, unbiased std, pass rate and zero-variance flag (metrics and dynamic sampling).
 
     ``pass_threshold`` = 0.5 counts a response as passing when its reward is >= 0.5, which is right for
-    0/1 and -1/+1 rewards and for small format bonuses added to them. group_size >= 1 (a singleton group
-    has std 0 and is zero-variance).
+    0/1 and -1/+1 rewards and for small format bonuses added to them. group_size >= 1, or a sequence of
+    group sizes >= 1 (a singleton group has std 0 and is zero-variance).
 
-    Args: rewards (B,) float in contiguous groups; group_size dividing B.
+    Args: rewards (B,) float in contiguous groups; group_size dividing B (or the sizes, summing to B).
     Returns: GroupStats of (n_groups,) tensors.
     """
-    r = _grouped(rewards, group_size, minimum=1)
-    if group_size >= 2:
+    check_float(rewards, "rewards", ndim=1)
+    G, sizes = layout(group_size, rewards.shape[0], minimum=1)
+    if sizes is not None:
+        seg = Segments(sizes, rewards)
+        mean = seg.mean(rewards)
+        dev = rewards - mean[seg.ids]
+        var = seg.sum(dev * dev) / (seg.count - 1.0).clamp(min=1.0)  # singleton: 0 / 1
+        return GroupStats(mean=mean, std=var.sqrt(),
+                          pass_rate=seg.mean((rewards >= pass_threshold).to(rewards.dtype)),
+                          zero_var=seg.zero_var(rewards))
+    r = _grouped(rewards, G, minimum=1)
+    if G >= 2:
         std = r.std(dim=1, correction=1)
     else:
         std = torch.zeros_like(r[:, 0])
@@ -281,9 +344,12 @@ class AdvantageEstimator:
 
     compute: fn(*, seq_rewards (B,), token_rewards (B,T), mask (B,T) bool, values (B,T)|None, group_size,
         cfg: AdvantageConfig) -> (advantages (B,T) zero at masked positions, returns (B,T) or None).
-        Group estimators read ``seq_rewards``; GAE reads ``token_rewards`` (the outcome reward on the last
-        valid token plus any per-token reward such as a KL penalty) and ``values``.
-    min_group_size: the smallest group_size the estimator accepts (config validation uses it).
+        ``group_size`` is the group layout: an int G, or a sequence of Python ints, one size per contiguous
+        group (``algos.groups``). Group estimators read ``seq_rewards``; GAE reads ``token_rewards`` (the
+        outcome reward on the last valid token plus any per-token reward such as a KL penalty) and
+        ``values``; hybrid reads all three.
+    min_group_size: the smallest group the estimator accepts (config validation and the adaptive group sizes
+        use it).
     needs_values: True when ``values`` must be given (a critic is needed).
     reads: the ObjectiveConfig fields (dotted paths) the estimator reads; ``ObjectiveConfig`` rejects a
         non-default value in an ``adv.*`` or ``value.*`` field that the chosen estimator does not read.
@@ -316,6 +382,16 @@ def _rloo_estimator(*, seq_rewards, token_rewards, mask, values, group_size, cfg
     return broadcast_to_tokens(rloo(seq_rewards, group_size), mask), None
 
 
+def _hybrid_estimator(*, seq_rewards, token_rewards, mask, values, group_size, cfg):
+    if values is None:
+        raise ValueError("values (B, T) are required by the 'hybrid' advantage estimator")
+    group_adv, _ = _group_estimator(seq_rewards=seq_rewards, token_rewards=token_rewards, mask=mask, values=values,
+                                    group_size=group_size, cfg=cfg)
+    gae_adv, ret = _gae_estimator(seq_rewards=seq_rewards, token_rewards=token_rewards, mask=mask, values=values,
+                                  group_size=group_size, cfg=cfg)
+    return hybrid(group_adv, gae_adv, cfg.alpha), ret  # returns: GAE's, the critic's targets
+
+
 # the critic's settings (value.*) are read only where there is a critic: by the estimator that needs values
 _GAE_READS = ("adv.gamma", "adv.lam", "adv.whiten", "value.coef", "value.cliprange", "value.lr_scale")
 ADVANTAGE_ESTIMATORS.register("gae", AdvantageEstimator(
@@ -324,3 +400,7 @@ ADVANTAGE_ESTIMATORS.register("group", AdvantageEstimator(
     _group_estimator, min_group_size=2, needs_values=False, reads=("adv.scale", "adv.eps"), all_equal_zero=True))
 ADVANTAGE_ESTIMATORS.register("rloo", AdvantageEstimator(
     _rloo_estimator, min_group_size=2, needs_values=False, reads=(), all_equal_zero=True))
+# both parts' settings plus alpha; a critic, so value.* too; GAE's part is not 0 on all-equal groups
+ADVANTAGE_ESTIMATORS.register("hybrid", AdvantageEstimator(
+    _hybrid_estimator, min_group_size=2, needs_values=True, reads=("adv.alpha", "adv.scale", "adv.eps") + _GAE_READS,
+    all_equal_zero=False))

@@ -18,6 +18,12 @@ so filtering out one response does not dilute the others (as verl's ``agg_loss``
 An all-masked batch returns 0 -- a 0-dim tensor still connected to ``loss_mat``'s graph (zero gradient) --
 never NaN.
 
+Unequal groups (decision; adaptive group sizes, ``algos.groups``): no mode involves the group size G. Every
+mode is defined over the flat batch, as verl's and TRL's are, so with groups of unequal size a prompt weighs
+in the loss in proportion to its number of responses G_g (more samples, more weight: the point of giving
+hard prompts more). With equal groups seq_mean_token_mean equals GRPO's (1/n) sum_g (1/G) sum_i; the per-prompt
+form (1/n) sum_g (1/G_g) sum_i for unequal G_g is not offered.
+
 ``max_len`` (L) is required for seq_mean_token_sum_norm (it should be the maximum response length the
 sampler allows, a constant across steps) and ignored by the other modes.
 

@@ -1,8 +1,9 @@
 """Objective configuration: frozen dataclasses, one field per ablation axis.
 
 OmegaConf-compatible by construction (the experiments package wraps these as structured configs): field
-types are only str, int, float, bool, Optional[...] of those, or nested dataclasses built with
-``field(default_factory=...)``. Every field has a one-line doc string under it.
+types are only str, int, float, bool, Optional[...] of those, List[float] / List[int], nested dataclasses
+built with ``field(default_factory=...)``, and the one mapping ``ObjectiveConfig.schedules`` (section ->
+field -> ``algos.schedules.Schedule``). Every field has a one-line doc string under it.
 
 Validation happens in ``__post_init__``: wrong types, unknown choices and out-of-range values raise
 ``ValueError`` naming the field (``RatioConfig.eps_low ...``) and, for choices, listing the valid ones;
@@ -13,12 +14,20 @@ a valid config value at once.
 Fields nothing reads are rejected. Each component declares the fields it reads (``fields_read``): the
 advantage estimator (``AdvantageEstimator.reads``; ``value.*`` belongs to the estimator that needs a
 critic), the surrogate (``Surrogate.reads``), the aggregation mode (its ``reads`` attribute), the KL
-placement (``KL_PLACEMENT_READS``) and the two DAPO switches (``filters.dynamic_sampling`` reads
-``max_rounds``; ``filters.overlong_penalty`` reads ``overlong_cache`` and ``overlong_factor``). A field
+placement (``KL_PLACEMENT_READS``), the group-size rule (``GroupSizeRule.reads``; ``group_size`` itself is
+read by the rule ``fixed`` only) and the filter switches (``filters.dynamic_sampling`` reads ``max_rounds``;
+``filters.overlong_penalty`` reads ``overlong_cache`` and ``overlong_factor``; ``filters.top_select`` reads
+``top_fraction`` and ``top_min_keep``; ``filters.group_correction`` reads ``correction_share`` and
+``correction_factor``). A field
 that some choice of those components would read but the chosen ones do not must keep its default:
 otherwise, e.g., ``adv.estimator=rloo, adv.eps=5`` would run exactly like ``adv.eps=1e-6``, and a sweep
 over it would produce identical arms under different labels. Defaults always pass, so every preset and
 every config that only sets fields its components read still loads.
+
+Schedules (``ObjectiveConfig.schedules``, see ``algos.schedules``): a scheduled field must be a float field
+that the chosen components read and that the loop reads every step (not ``value.lr_scale``, read once when
+the critic's optimizer is built); a schedule starts at the field's configured value; every value it reaches
+must be a valid setting (checked at the schedule's corner points, ``algos.schedules.corners``).
 
 ``check_against_rollout(cfg, max_new_tokens)`` holds the checks that need the sampler's maximum response
 length, which lives outside the objective (the experiment config calls it).
@@ -31,17 +40,27 @@ OmegaConf and for the type check below.
 """
 
 import dataclasses
+import math
 import numbers
 import typing
 from dataclasses import dataclass, field
-from typing import Any, Dict, Mapping, Optional
+from typing import Any, Dict, List, Mapping, Optional
 
 # the component modules register their members on import; config validation reads the registries
 import algos.advantages as _advantages
 import algos.aggregate  # noqa: F401  (registers aggregation modes)
+import algos.groups  # noqa: F401  (registers group-size rules)
 import algos.kl as _kl
 import algos.policy  # noqa: F401  (registers ratio levels and, via algos.surrogates, surrogates)
-from algos.registry import ADVANTAGE_ESTIMATORS, AGGREGATION_MODES, KL_ESTIMATORS, RATIO_LEVELS, SURROGATES
+from algos.registry import (
+    ADVANTAGE_ESTIMATORS,
+    AGGREGATION_MODES,
+    GROUP_SIZE_RULES,
+    KL_ESTIMATORS,
+    RATIO_LEVELS,
+    SURROGATES,
+)
+from algos.schedules import Schedule, corners, objective_at, scheduled_values
 
 __all__ = [
     "AdvantageConfig",
@@ -50,7 +69,10 @@ __all__ = [
     "KLConfig",
     "ValueConfig",
     "FilterConfig",
+    "GroupConfig",
     "ObjectiveConfig",
+    "Schedule",
+    "UNSCHEDULABLE",
     "KL_PLACEMENTS",
     "KL_PLACEMENT_READS",
     "ZERO_VAR_CHECKS",
@@ -70,6 +92,8 @@ KL_PLACEMENT_READS = {
 }
 KL_PLACEMENTS = tuple(KL_PLACEMENT_READS)
 ZERO_VAR_CHECKS = ("shaped", "outcome")
+# float fields that cannot follow a schedule, and why
+UNSCHEDULABLE = {"value.lr_scale": "the loop reads it once, when it builds the critic's optimizer"}
 
 
 # ------------------------------------------------------------------------------------------ validation
@@ -109,8 +133,46 @@ def _check_types(obj) -> None:
         elif tp is str:
             if not isinstance(v, str):
                 raise ValueError(f"{where} must be a str, got {v!r}")
+        elif typing.get_origin(tp) is list:
+            object.__setattr__(obj, f.name, _check_list(where, v, typing.get_args(tp)[0]))
+        elif tp == Dict[str, Dict[str, Schedule]]:
+            object.__setattr__(obj, f.name, _check_schedule_map(where, v))
         else:  # pragma: no cover - guards the OmegaConf contract for future fields
             raise TypeError(f"{where}: unsupported field type {tp!r}")
+
+
+def _check_list(where: str, v, elem) -> list:
+    if isinstance(v, (str, bytes, Mapping)) or not hasattr(v, "__iter__"):
+        raise ValueError(f"{where} must be a list of {elem.__name__}s, got {v!r}")
+    out = []
+    for i, x in enumerate(v):
+        ok = not isinstance(x, bool) and isinstance(x, numbers.Integral if elem is int else numbers.Real)
+        if not ok or (elem is float and not math.isfinite(x)):
+            raise ValueError(f"{where}[{i}] must be {'an int' if elem is int else 'a finite float'}, got {x!r}")
+        out.append(elem(x))
+    return out
+
+
+def _check_schedule_map(where: str, v) -> Dict[str, Dict[str, Schedule]]:
+    """section -> field -> Schedule (a mapping of settings is turned into a Schedule)."""
+    if not isinstance(v, Mapping):
+        raise ValueError(f"{where} must be a mapping section -> field -> schedule, got {v!r}")
+    out: Dict[str, Dict[str, Schedule]] = {}
+    for sec, fields in v.items():
+        if not isinstance(sec, str) or not isinstance(fields, Mapping):
+            raise ValueError(f"{where}: entries are <section>: {{<field>: <schedule>}}, got {sec!r}: {fields!r}")
+        out[sec] = {}
+        for name, sched in fields.items():
+            if isinstance(sched, Mapping):
+                try:
+                    sched = Schedule(**sched)
+                except TypeError as e:
+                    raise ValueError(f"{where}.{sec}.{name}: {e}") from None
+            if not isinstance(name, str) or not isinstance(sched, Schedule):
+                raise ValueError(f"{where}.{sec}.{name} must be a Schedule (kind, start, end, at, values), "
+                                 f"got {sched!r}")
+            out[sec][name] = sched
+    return out
 
 
 def _choice(obj, name: str, choices) -> None:
@@ -125,7 +187,8 @@ def _range(obj, name: str, ok: bool, what: str) -> None:
 
 
 def _default(cls, name: str):
-    return {f.name: f for f in dataclasses.fields(cls)}[name].default
+    f = {f.name: f for f in dataclasses.fields(cls)}[name]
+    return f.default_factory() if f.default is dataclasses.MISSING else f.default
 
 
 def _get(cfg, path: str):
@@ -146,6 +209,12 @@ _SLOTS = (
     ("filters.dynamic_sampling", lambda: (False, True), lambda m: ("filters.max_rounds",) if m else ()),
     ("filters.overlong_penalty", lambda: (False, True),
      lambda m: ("filters.overlong_cache", "filters.overlong_factor") if m else ()),
+    ("filters.top_select", lambda: (False, True),
+     lambda m: ("filters.top_fraction", "filters.top_min_keep") if m else ()),
+    ("filters.group_correction", lambda: (False, True),
+     lambda m: ("filters.correction_share", "filters.correction_factor") if m else ()),
+    ("groups.rule", lambda: GROUP_SIZE_RULES.names(),
+     lambda m: tuple(f"groups.{f}" for f in GROUP_SIZE_RULES.get(m).reads)),
 )
 
 
@@ -162,8 +231,9 @@ def _readers() -> Dict[str, list]:
 def fields_read(cfg) -> Dict[str, str]:
     """The fields the components chosen by ``cfg`` (an ObjectiveConfig) read, each -> ``"slot=member"``.
 
-    Only fields that depend on a component choice appear; the others (name, group_size, n_minibatches,
-    n_epochs, the slots themselves, loss.entropy_coef, filters.overlong_filter) are always read.
+    Only fields that depend on a component choice appear; the others (name, n_minibatches, n_epochs, the
+    slots themselves, loss.entropy_coef, filters.overlong_filter, schedules) are always read; group_size is
+    read by groups.rule 'fixed' only (checked by ObjectiveConfig itself).
     """
     out: Dict[str, str] = {}
     for slot, _, reads in _SLOTS:
@@ -177,17 +247,19 @@ def fields_read(cfg) -> Dict[str, str]:
 @dataclass(frozen=True)
 class AdvantageConfig:
     estimator: str = "group"
-    """advantage estimator: gae | group | rloo (registry ADVANTAGE_ESTIMATORS)."""
+    """advantage estimator: gae | group | rloo | hybrid (registry ADVANTAGE_ESTIMATORS)."""
     scale: str = "group"
-    """group estimator only: divide by the group std (GRPO), the batch std (TRL "batch") or nothing (Dr. GRPO)."""
+    """group (and hybrid) only: divide by the group std (GRPO), the batch std (TRL "batch") or nothing (Dr. GRPO)."""
     eps: float = 1e-6
     """group estimator with scale group|batch: added to the std (verl 1e-6; TRL 1e-4; OpenRLHF 1e-9)."""
     gamma: float = 1.0
-    """gae only: discount (verl default 1.0)."""
+    """gae (and hybrid) only: discount (verl default 1.0)."""
     lam: float = 1.0
-    """gae only: GAE lambda (verl default 1.0; 0.95 is common)."""
+    """gae (and hybrid) only: GAE lambda (verl default 1.0; 0.95 is common)."""
     whiten: bool = True
-    """gae only: whiten advantages over the batch's valid tokens."""
+    """gae (and hybrid's GAE part) only: whiten advantages over the batch's valid tokens."""
+    alpha: float = 0.5
+    """hybrid only: A = alpha * group-relative + (1 - alpha) * GAE, in [0, 1] (seed 003 direction 2; no published value)."""
 
     def __post_init__(self):
         _check_types(self)
@@ -196,6 +268,7 @@ class AdvantageConfig:
         _range(self, "eps", self.eps >= 0.0, ">= 0")
         _range(self, "gamma", 0.0 <= self.gamma <= 1.0, "in [0, 1]")
         _range(self, "lam", 0.0 <= self.lam <= 1.0, "in [0, 1]")
+        _range(self, "alpha", 0.0 <= self.alpha <= 1.0, "in [0, 1]")
         if self.scale == "none" and self.eps != _default(AdvantageConfig, "eps"):
             raise ValueError(
                 f"AdvantageConfig.eps = {self.eps!r} is not read with AdvantageConfig.scale 'none' (there is no std "
@@ -320,12 +393,28 @@ class FilterConfig:
     """scale of the soft punishment (DAPO: 1.0)."""
     overlong_filter: bool = False
     """DAPO overlong filtering: mask the loss of truncated responses (the training loop applies it)."""
+    top_select: bool = False
+    """seed 003 group selection: only each group's top responses by reward enter the loss (all stay in the baseline)."""
+    top_fraction: float = 0.3
+    """top_select: share of each group kept, ceil(top_fraction * G), in (0, 1] (seed 003: top 30%)."""
+    top_min_keep: int = 1
+    """top_select: keep at least this many responses per group, >= 1 (ties: the earlier response is kept)."""
+    group_correction: bool = False
+    """seed 003 group reward correction: scale a group's rewards when its share of malformed responses is high."""
+    correction_share: float = 0.5
+    """group_correction: correct a group whose share of malformed responses (verifier) exceeds this, in [0, 1)."""
+    correction_factor: float = 0.8
+    """group_correction: multiply the group's rewards by this, >= 0 (seed 003: x 0.8 for language mixing)."""
 
     def __post_init__(self):
         _check_types(self)
         _range(self, "max_rounds", self.max_rounds >= 1, ">= 1")
         _range(self, "overlong_cache", self.overlong_cache >= 0, ">= 0")
         _range(self, "overlong_factor", self.overlong_factor >= 0.0, ">= 0")
+        _range(self, "top_fraction", 0.0 < self.top_fraction <= 1.0, "in (0, 1]")
+        _range(self, "top_min_keep", self.top_min_keep >= 1, ">= 1")
+        _range(self, "correction_share", 0.0 <= self.correction_share < 1.0, "in [0, 1)")
+        _range(self, "correction_factor", self.correction_factor >= 0.0, ">= 0")
         if self.overlong_penalty:
             # the loop's L_max is the sampler's max_new_tokens and no response is longer, so without a soft
             # zone (or with factor 0) the penalty is 0 for every response: the same arm as the penalty off
@@ -337,11 +426,40 @@ class FilterConfig:
 
 
 @dataclass(frozen=True)
+class GroupConfig:
+    rule: str = "fixed"
+    """group size per prompt: fixed (group_size for every prompt) | difficulty | pass_rate (algos.groups)."""
+    thresholds: List[float] = field(default_factory=list)
+    """difficulty / pass_rate: increasing cut points of the prompt's difficulty level or running pass rate."""
+    sizes: List[int] = field(default_factory=list)
+    """difficulty / pass_rate: G below thresholds[0], between cut points, from the last one on (len(thresholds) + 1)."""
+    ema: float = 0.5
+    """pass_rate: weight of the newest step in each difficulty level's running pass rate, in (0, 1]."""
+    prior: float = 0.5
+    """pass_rate: running pass rate of a difficulty level before any of its completions was judged, in [0, 1]."""
+
+    def __post_init__(self):
+        _check_types(self)
+        _choice(self, "rule", GROUP_SIZE_RULES.names())
+        _range(self, "thresholds", all(a < b for a, b in zip(self.thresholds, self.thresholds[1:])),
+               "strictly increasing")
+        _range(self, "sizes", all(g >= 1 for g in self.sizes), "ints >= 1")
+        _range(self, "ema", 0.0 < self.ema <= 1.0, "in (0, 1]")
+        _range(self, "prior", 0.0 <= self.prior <= 1.0, "in [0, 1]")
+        if "sizes" in GROUP_SIZE_RULES.get(self.rule).reads and len(self.sizes) != len(self.thresholds) + 1:
+            raise ValueError(
+                f"GroupConfig.sizes must hold one more size than GroupConfig.thresholds has cut points for rule "
+                f"{self.rule!r} (e.g. thresholds [2], sizes [4, 12]), got thresholds {self.thresholds}, sizes "
+                f"{self.sizes}"
+            )
+
+
+@dataclass(frozen=True)
 class ObjectiveConfig:
     name: str = "custom"
     """label for tables and run folders; the fields below, not the name, define the objective."""
     group_size: int = 8
-    """G, responses per prompt (group estimators need >= 2; gae allows 1)."""
+    """G, responses per prompt (group estimators need >= 2; gae allows 1); groups.rule fixed only."""
     n_minibatches: int = 1
     """optimizer steps per epoch over one rollout batch (GSPO: 4)."""
     n_epochs: int = 1
@@ -357,7 +475,11 @@ class ObjectiveConfig:
     value: ValueConfig = field(default_factory=ValueConfig)
     """critic (gae only)."""
     filters: FilterConfig = field(default_factory=FilterConfig)
-    """DAPO filters and reward shaping."""
+    """filters and reward shaping (DAPO's; seed 003's group selection and group reward correction)."""
+    groups: GroupConfig = field(default_factory=GroupConfig)
+    """group size per prompt (seed 003 direction 1: adaptive G at a fixed completion budget)."""
+    schedules: Dict[str, Dict[str, Schedule]] = field(default_factory=dict)
+    """float fields that follow a schedule over training: section -> field -> Schedule (algos.schedules); {} = none."""
 
     def __post_init__(self):
         _check_types(self)
@@ -365,15 +487,25 @@ class ObjectiveConfig:
         _range(self, "n_minibatches", self.n_minibatches >= 1, ">= 1")
         _range(self, "n_epochs", self.n_epochs >= 1, ">= 1")
         est = ADVANTAGE_ESTIMATORS.get(self.adv.estimator)
-        if self.group_size < est.min_group_size:
+        if not GROUP_SIZE_RULES.get(self.groups.rule).adaptive:  # one G for every prompt
+            field_name, sizes, got = "group_size must", [self.group_size], self.group_size
+        else:  # the rule's sizes give each prompt's G; group_size is not read
+            if self.group_size != _default(ObjectiveConfig, "group_size"):
+                raise ValueError(
+                    f"ObjectiveConfig.group_size = {self.group_size} is not read by groups.rule = "
+                    f"{self.groups.rule!r} (its groups.sizes give each prompt's G); set it back to its default "
+                    f"{_default(ObjectiveConfig, 'group_size')}"
+                )
+            field_name, sizes, got = "groups.sizes must all", self.groups.sizes, self.groups.sizes
+        if min(sizes) < est.min_group_size:
             raise ValueError(
-                f"ObjectiveConfig.group_size must be >= {est.min_group_size} for adv.estimator="
-                f"{self.adv.estimator!r} (a singleton group has no baseline; use 'gae'), got {self.group_size}"
+                f"ObjectiveConfig.{field_name} be >= {est.min_group_size} for adv.estimator={self.adv.estimator!r} "
+                f"(a singleton group has no baseline; use 'gae'), got {got}"
             )
-        if self.filters.dynamic_sampling and self.group_size < 2:
+        if self.filters.dynamic_sampling and min(sizes) < 2:
             raise ValueError(
-                f"ObjectiveConfig.group_size must be >= 2 with filters.dynamic_sampling (it drops groups whose "
-                f"rewards are all equal), got {self.group_size}"
+                f"ObjectiveConfig.{field_name} be >= 2 with filters.dynamic_sampling (it drops groups whose rewards "
+                f"are all equal), got {got}"
             )
         self._reject_unread_fields()
         check = self.kl.reward_zero_var_check
@@ -384,6 +516,46 @@ class ObjectiveConfig:
                 f"{self.adv.estimator!r}: it has no all-equal-group rule (only {with_rule} do); leave it at its "
                 f"default {_default(KLConfig, 'reward_zero_var_check')!r}"
             )
+        if self.schedules:
+            self._check_schedules()
+
+    def _check_schedules(self) -> None:
+        """Each scheduled field is a float field the components read every step; every value it reaches is valid."""
+        read, governed = fields_read(self), _readers()
+        hints_of = {f.name: typing.get_type_hints(type(getattr(self, f.name)))
+                    for f in dataclasses.fields(self) if dataclasses.is_dataclass(getattr(self, f.name))}
+        for sec, fields in self.schedules.items():
+            if sec not in hints_of:
+                raise ValueError(f"ObjectiveConfig.schedules.{sec}: ObjectiveConfig has no section {sec!r}; "
+                                 f"sections: {', '.join(hints_of)}")
+            floats = [n for n, tp in hints_of[sec].items() if _unwrap_optional(tp)[0] is float]
+            for name, sched in fields.items():
+                path, where = f"{sec}.{name}", f"ObjectiveConfig.schedules.{sec}.{name}"
+                if name not in hints_of[sec]:
+                    raise ValueError(f"{where}: {type(getattr(self, sec)).__name__} has no field {name!r}; its float "
+                                     f"fields: {', '.join(floats)}")
+                if name not in floats:
+                    raise ValueError(f"{where}: {path} is not a float field ({hints_of[sec][name]}); only float "
+                                     f"fields follow a schedule: {', '.join(floats)}")
+                if path in UNSCHEDULABLE:
+                    raise ValueError(f"{where}: {path} cannot follow a schedule: {UNSCHEDULABLE[path]}")
+                if path in governed and path not in read:
+                    slot = governed[path][0][0]
+                    raise ValueError(f"{where}: {path} is not read by {slot} = {_get(self, slot)!r}, so its schedule "
+                                     f"would change nothing")
+                value = _get(self, path)
+                if value is None:
+                    raise ValueError(f"{where}: {path} is None (off); set it to its value at the first step")
+                if sched.start is not None and sched.start != value:
+                    raise ValueError(f"{where}.start = {sched.start!r} but {path} = {value!r}: a schedule starts at "
+                                     f"the field's value; set {path} to {sched.start!r} (start may then be left out)")
+        points = sorted({p for fields in self.schedules.values() for sched in fields.values() for p in corners(sched)})
+        for p in points:
+            try:
+                objective_at(self, p)
+            except ValueError as e:
+                raise ValueError(f"ObjectiveConfig.schedules reach an invalid setting at progress {p:g} (values "
+                                 f"{scheduled_values(self, p)}): {e}") from None
 
     def _reject_unread_fields(self) -> None:
         """A non-default value in a field that the chosen components never read is an error (module docstring)."""
@@ -456,6 +628,7 @@ def with_overrides(cfg, overrides: Mapping[str, Any], _prefix: str = ""):
     (all overrides of one section are applied together, so e.g. KL placement and beta can change at once).
     """
     grouped: Dict[str, Dict[str, Any]] = {}
+    mapped: Dict[str, Dict[str, Any]] = {}  # mapping-typed fields (ObjectiveConfig.schedules)
     direct: Dict[str, Any] = {}
     valid = {f.name: f for f in dataclasses.fields(cfg)}
     for key, value in _flatten(overrides).items():
@@ -467,7 +640,9 @@ def with_overrides(cfg, overrides: Mapping[str, Any], _prefix: str = ""):
                 f"valid fields: {', '.join(valid)}"
             )
         sub = getattr(cfg, head)
-        if rest:
+        if rest and isinstance(sub, dict):
+            mapped.setdefault(head, {})[rest] = value
+        elif rest:
             if not dataclasses.is_dataclass(sub):
                 raise ValueError(f"config key {full!r}: {type(cfg).__name__}.{head} has no sub-fields")
             grouped.setdefault(head, {})[rest] = value
@@ -477,7 +652,33 @@ def with_overrides(cfg, overrides: Mapping[str, Any], _prefix: str = ""):
             direct[head] = value
     for head, sub_overrides in grouped.items():
         direct[head] = with_overrides(direct.get(head, getattr(cfg, head)), sub_overrides, f"{_prefix}{head}.")
+    for head, flat in mapped.items():
+        direct[head] = _merge_schedules(direct.get(head, getattr(cfg, head)), flat, f"{_prefix}{head}")
     return dataclasses.replace(cfg, **direct)
+
+
+def _merge_schedules(current, flat: Mapping[str, Any], where: str) -> Dict[str, Dict[str, Schedule]]:
+    """``current`` (section -> field -> Schedule) with ``{"ratio.eps_high.kind": "linear", ...}`` applied
+    (or ``{"ratio.eps_high": Schedule(...)}``); the settings of one schedule are applied together."""
+    out = {sec: dict(fields) for sec, fields in current.items()}
+    pending: Dict[tuple, Dict[str, Any]] = {}
+    settings = [f.name for f in dataclasses.fields(Schedule)]
+    for key, value in flat.items():
+        parts = key.split(".")
+        if len(parts) == 2 and isinstance(value, Schedule):
+            out.setdefault(parts[0], {})[parts[1]] = value
+            continue
+        if len(parts) != 3:
+            raise ValueError(f"config key {where}.{key!r}: a schedule is set as {where}.<section>.<field>.<setting> "
+                             f"(e.g. {where}.ratio.eps_high.kind), settings: {', '.join(settings)}")
+        if parts[2] not in settings:
+            raise ValueError(f"unknown config key {where}.{key!r}: a Schedule has no setting {parts[2]!r}; "
+                             f"settings: {', '.join(settings)}")
+        pending.setdefault((parts[0], parts[1]), {})[parts[2]] = value
+    for (sec, name), kw in pending.items():
+        base = out.get(sec, {}).get(name, Schedule())
+        out.setdefault(sec, {})[name] = dataclasses.replace(base, **kw)
+    return out
 
 
 def _leaves(cfg, prefix: str = ""):

@@ -1,7 +1,7 @@
 """The one entry point the training loop calls: advantages, policy(+KL, +entropy) loss, value loss.
 
     adv, returns, m1 = compute_advantages(cfg, rewards=R, mask=mask, values=V, old_logp=old,
-                                          ref_logp=ref, max_len=max_new_tokens)
+                                          ref_logp=ref, max_len=max_new_tokens, group_sizes=None)
     loss, m2 = compute_loss(cfg, logp=lp, old_logp=old, advantages=adv, mask=loss_mask, ref_logp=ref,
                             entropy=H, max_len=max_new_tokens)
     vloss, m3 = compute_value_loss(cfg, values=V_new, old_values=V, returns=returns, mask=loss_mask)
@@ -27,12 +27,13 @@ the caller decides when to sync).
 
 from __future__ import annotations
 
-from typing import Dict, Optional, Tuple
+from typing import Dict, Optional, Sequence, Tuple
 
 import torch
 
-from algos._checks import as_mask, check_float, check_group_size, masked_mean
+from algos._checks import as_mask, check_float, masked_mean
 from algos.advantages import group_stats, value_loss
+from algos.groups import layout
 from algos.aggregate import aggregate
 from algos.config import ObjectiveConfig
 from algos.kl import estimate
@@ -90,6 +91,7 @@ def compute_advantages(
     old_logp: Optional[torch.Tensor] = None,
     ref_logp: Optional[torch.Tensor] = None,
     max_len: Optional[int] = None,
+    group_sizes: Optional[Sequence[int]] = None,
 ) -> Tuple[torch.Tensor, Optional[torch.Tensor], Dict[str, torch.Tensor]]:
     """KL-in-reward shaping, then the configured advantage estimator, broadcast to tokens.
 
@@ -119,11 +121,13 @@ def compute_advantages(
 
     Args:
         cfg: ObjectiveConfig.
-        rewards: (B,) float outcome rewards, contiguous groups of cfg.group_size.
+        rewards: (B,) float outcome rewards, contiguous groups of cfg.group_size (or of ``group_sizes``).
         mask: (B, T) torch.bool response mask.
         values: (B, T) critic values (required by gae).
         old_logp, ref_logp: (B, T) behaviour / reference log-probs (required for KL in the reward).
         max_len: accepted for signature symmetry with ``compute_loss``; no current estimator uses it.
+        group_sizes: None = equal groups of cfg.group_size; else the size of each contiguous group, Python ints
+            summing to B (adaptive group sizes, ``cfg.groups``; see ``algos.groups``).
 
     Returns:
         advantages (B, T) (0 at masked positions), returns (B, T) for gae else None, metrics.
@@ -131,7 +135,8 @@ def compute_advantages(
     mask = as_mask(mask)
     check_float(rewards, "rewards", shape=mask.shape[:1])
     B = mask.shape[0]
-    check_group_size(cfg.group_size, B, minimum=1)
+    groups = cfg.group_size if group_sizes is None else group_sizes  # the layout: an int G or one size per group
+    G, sizes = layout(groups, B, minimum=1)
     est = ADVANTAGE_ESTIMATORS.get(cfg.adv.estimator)
     if est.needs_values and values is None:
         raise ValueError(f"values (B, T) are required by adv.estimator={cfg.adv.estimator!r}")
@@ -166,8 +171,8 @@ def compute_advantages(
     # 3. which rewards the all-equal test sees (config validation allows "outcome" only with placement reward
     # and an estimator that has the test)
     outcome_test = cfg.kl.reward_zero_var_check == "outcome" and cfg.kl.placement == "reward"
-    if cfg.group_size >= 2:
-        zero_var = group_stats(R if outcome_test else seq_rewards, cfg.group_size).zero_var  # (n_groups,)
+    if sizes is not None or G >= 2:
+        zero_var = group_stats(R if outcome_test else seq_rewards, groups).zero_var  # (n_groups,)
         metrics["zero_var_frac"] = zero_var.to(R.dtype).mean()
     else:
         metrics["zero_var_frac"] = R.new_zeros(())
@@ -178,11 +183,12 @@ def compute_advantages(
         token_rewards=token_rewards,
         mask=mask,
         values=values,
-        group_size=cfg.group_size,
+        group_size=groups,
         cfg=cfg.adv,
     )
     if outcome_test:  # all-equal outcome groups: advantage 0 at every token, the KL noise discarded
-        advantages = advantages.masked_fill(zero_var.repeat_interleave(cfg.group_size)[:, None], 0.0)
+        repeats = G if sizes is None else torch.tensor(sizes, device=zero_var.device)
+        advantages = advantages.masked_fill(zero_var.repeat_interleave(repeats)[:, None], 0.0)
     a_mean = masked_mean(advantages, mask)
     metrics["adv_mean"] = a_mean
     metrics["adv_std"] = masked_mean((advantages - a_mean) ** 2, mask).sqrt()

@@ -14,11 +14,18 @@ KL_ESTIMATORS          ``fn(logp (B,T), ref_logp (B,T), old_logp (B,T)|None) -> 
 RATIO_LEVELS           ``RatioLevel(log_ratio=fn(logp, old_logp, mask) -> (B,T), per_sequence: bool)``
 SURROGATES             ``Surrogate(loss=fn(*, ratio (B,T), logp (B,T), adv (B,T), mask (B,T) bool, opts: dict)
                        -> (loss_mat (B,T), events: dict of (B,T) bool), reads: tuple, levels: tuple)``
+SCHEDULE_KINDS         ``ScheduleKind(value=fn(schedule, start: float, progress: float) -> float, reads: tuple)``
+GROUP_SIZE_RULES       ``GroupSizeRule(wanted=fn(*, difficulties: list[int], pass_rates: dict[int, float],
+                       cfg: ObjectiveConfig) -> list[int], reads: tuple, adaptive: bool)``
 =====================  =====================================================================================
 
+``group_size`` in the advantage estimators' signature is the group layout: an int G (equal groups) or a
+sequence of Python ints, one size per contiguous group (see ``algos.groups``).
+
 Members that have settings declare which config fields they read (``reads``: the advantage estimators,
-the surrogates, an aggregation mode as a ``reads`` attribute of its function, and the KL placements in
-``algos.config.KL_PLACEMENT_READS``), so that
+the surrogates, an aggregation mode as a ``reads`` attribute of its function, the group-size rules, the KL
+placements in ``algos.config.KL_PLACEMENT_READS``; a schedule kind declares the ``Schedule`` settings it
+reads), so that
 ``ObjectiveConfig`` can reject a non-default value in a field that the chosen components never read.
 
 Registration happens when the family's module is imported; ``import algos`` (which any ``import
@@ -101,4 +108,12 @@ SURROGATES = Registry(
     "surrogate",
     "Surrogate(loss=fn(*, ratio (B,T), logp (B,T), adv (B,T), mask (B,T) bool, opts: dict) -> "
     "(loss_mat (B,T), events: dict of (B,T) bool), reads, levels)",
+)
+SCHEDULE_KINDS = Registry(
+    "schedule kind", "ScheduleKind(value=fn(schedule, start: float, progress: float) -> float, reads)"
+)
+GROUP_SIZE_RULES = Registry(
+    "group-size rule",
+    "GroupSizeRule(wanted=fn(*, difficulties: list[int], pass_rates: dict[int, float], cfg) -> list[int], reads, "
+    "adaptive)",
 )

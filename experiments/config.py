@@ -25,6 +25,8 @@ from omegaconf.errors import OmegaConfBaseException
 
 from algos import presets as PRESETS
 from algos.config import ObjectiveConfig
+from algos.groups import adaptive as adaptive_groups
+from algos.schedules import Schedule, TemperatureControl, check_temperature
 
 
 from experiments.errors import ConfigError  # noqa: E402  (defined without heavy imports, for the CLI)
@@ -161,12 +163,18 @@ class RolloutConfig:
     chat_template: str = "auto"
     """auto: prompts that a task gives as chat messages go through the tokenizer's chat template when it has one;
     none: always the plain prompt text"""
+    temperature_schedule: Schedule = field(default_factory=Schedule)
+    """training-sampling temperature over the run (algos.schedules: kind constant | linear | cosine | step, from
+    rollout.temperature); held-out sampling keeps rollout.temperature; logged as sched/rollout.temperature"""
+    temperature_control: TemperatureControl = field(default_factory=TemperatureControl)
+    """entropy-driven temperature: after each step T <- clamp(T + gain (target - H), low, high), H = policy/entropy"""
 
     def __post_init__(self):
         from rollout.engine import ENGINES
 
         _positive("rollout.completions_per_step", self.completions_per_step)
         _positive("rollout.temperature", self.temperature)
+        check_temperature(self.temperature, self.temperature_schedule, self.temperature_control)
         if not 0 < self.top_p <= 1:
             raise ConfigError(f"rollout.top_p must be in (0, 1], got {self.top_p}")
         _positive("rollout.max_new_tokens", self.max_new_tokens, allow_zero=True)
@@ -292,7 +300,7 @@ class TrainConfig:
             object.__setattr__(self, "sft", replace(self.sft, steps=0 if self.model.path else 1000))
         self.rollout.check_model(self.model.path or self.model.arch)
         G = self.objective.group_size
-        if self.rollout.completions_per_step % G:
+        if not adaptive_groups(self.objective) and self.rollout.completions_per_step % G:  # adaptive: any budget
             raise ConfigError(
                 f"rollout.completions_per_step={self.rollout.completions_per_step} is not a multiple of "
                 f"objective.group_size={G}")
@@ -336,7 +344,7 @@ def _explain(err: Exception) -> ConfigError:
     if "not in" in msg:
         valid = _all_keys(TrainConfig())
         close = difflib.get_close_matches(key, valid, n=3) if key else []
-        hint = f" Did you mean: {', '.join(close)}?" if close else ""
+        hint = f" Did you mean: {', '.join(close)}?" if close else (f" ({msg})" if "Did you mean" in msg else "")
         return ConfigError(f"unknown config key {key!r}.{hint}")
     return ConfigError(f"invalid value for {key!r}: {msg}" if key else msg)
 

@@ -11,7 +11,7 @@ import ast
 from pathlib import Path
 
 _ROOT = Path(__file__).resolve().parent.parent
-_SOURCES = (_ROOT / "experiments" / "config.py", _ROOT / "algos" / "config.py")
+_SOURCES = (_ROOT / "experiments" / "config.py", _ROOT / "algos" / "config.py", _ROOT / "algos" / "schedules.py")
 _TOP = "TrainConfig"
 
 

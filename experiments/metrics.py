@@ -2,7 +2,8 @@
 
 Keys are namespaced ``family/name``. The algos package returns bare names (see ``algos.METRIC_DOCS``);
 ``ALGOS_KEYS`` maps them to their logged names. Keys with ``{d}`` exist once per difficulty level, keys with
-``{k}`` once per pass count k (0..G) that occurred in the step.
+``{k}`` once per pass count k (0..G) that occurred in the step, keys with ``{g}`` once per group size that
+occurred (adaptive group sizes), keys with ``{field}`` once per scheduled setting (``section.field``).
 Per-step values from several optimizer steps (n_minibatches x n_epochs) are averaged, except ``*_max``
 (max) and ``*_min`` (min).
 """
@@ -60,6 +61,21 @@ METRICS = {
     "adv/group_weight_k{k}": "mean over the step's groups with k correct responses (of G) of the group's total "
                              "advantage weight sum_i |A_i| (sequence-level advantage); only for k that occurred",
     "adv/groups_k{k}": "number of groups with k correct responses this step (weights adv/group_weight_k{k})",
+    "adv/group_weight_g{g}_k{k}": "adaptive group sizes: adv/group_weight_k{k} over the groups of size g only",
+    "adv/groups_g{g}_k{k}": "adaptive group sizes: number of groups of size g with k correct responses",
+    "sched/{field}": "value in effect this step of a setting that follows a schedule: objective fields as "
+                     "section.field (objective.schedules), rollout.temperature (temperature_schedule or "
+                     "temperature_control; training sampling only, held-out sampling keeps rollout.temperature)",
+    "groups/prompts": "adaptive group sizes: prompts sampled this step (all rounds)",
+    "groups/size_mean": "adaptive group sizes: mean group size this step (completions / prompts, all rounds)",
+    "groups/size_d{d}": "adaptive group sizes: mean group size of the prompts of difficulty d this step",
+    "groups/pass_rate_d{d}": "adaptive group sizes: running pass rate of difficulty d before this step (groups.ema, "
+                             "groups.prior; it chooses the sizes under groups.rule pass_rate); from step 2 on",
+    "filters/top_kept_frac": "filters.top_select: fraction of the training batch's responses kept in the loss",
+    "filters/corrected_frac": "filters.group_correction: fraction of the groups sampled this step (all rounds) "
+                              "whose rewards were scaled (malformed share above filters.correction_share)",
+    "filters/malformed_frac": "filters.group_correction: fraction of the completions sampled this step that the "
+                              "verifier judged malformed",
     "policy/log_ratio_std": "std over valid tokens of log(pi/pi_old) at the start of each optimizer step "
                             "(0 on the first minibatch of an on-policy batch)",
     "policy/seq_log_ratio_std": "std over sequences of the per-sequence mean log ratio (GSPO's log s_i)",
@@ -107,7 +123,8 @@ def undocumented(keys) -> list[str]:
 
     def pattern(key: str):
         rx = re.escape(key)
-        for name, sub in (("d", r"\d+"), ("k", r"\d+"), ("n", r"\d+"), ("phase", r"[a-z_]+")):
+        for name, sub in (("d", r"\d+"), ("k", r"\d+"), ("n", r"\d+"), ("g", r"\d+"), ("phase", r"[a-z_]+"),
+                          ("field", r"[a-z_]+(\.[a-z_]+)*")):
             rx = rx.replace(r"\{" + name + r"\}", sub)
         return re.compile("^" + rx + "$")
 

@@ -14,6 +14,8 @@ the checkpoint are dropped first, so no step appears twice and none is lost.
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 import fcntl
 import json
 import math
@@ -36,8 +38,11 @@ import yaml
 
 import algos
 from algos import filters as F
+from algos import groups as GR
 from algos import kl as KL
+from algos import schedules as SCH
 from algos.advantages import group_stats
+from algos.registry import ADVANTAGE_ESTIMATORS
 from envs import task_spec
 from envs.tokenizer import VOCAB_SIZE
 from experiments.config import ConfigError, TrainConfig, build_task, check_model, max_new_tokens, to_dict, to_yaml
@@ -311,7 +316,8 @@ def make_setup(cfg: TrainConfig, task, codec, policy, sft_info: dict | None = No
         policy._objbench_forward = "hf"  # read by rollout/fastlm.why_unsupported (copies below inherit it)
     needs_ref = obj.kl.placement != "none" or cfg.log.ref_kl
     reference = frozen_copy(policy) if needs_ref else None
-    critic = ValueModel(policy).to(device=device, dtype=DTYPES[cfg.model.dtype]) if obj.adv.estimator == "gae" else None
+    needs_values = ADVANTAGE_ESTIMATORS.get(obj.adv.estimator).needs_values  # gae, hybrid: a critic
+    critic = ValueModel(policy).to(device=device, dtype=DTYPES[cfg.model.dtype]) if needs_values else None
     max_new = max_new_tokens(cfg, task)
     engine = make_engine(cfg.rollout.engine, policy, **cfg.rollout.engine_settings())
     sampling = SamplingParams(max_new, cfg.rollout.temperature, cfg.rollout.top_p, codec.eos_id, codec.pad_id)
@@ -329,7 +335,8 @@ def make_setup(cfg: TrainConfig, task, codec, policy, sft_info: dict | None = No
 
 @dataclass
 class Batch:
-    """A training batch in the group layout: rows [g*G, (g+1)*G) share prompt g."""
+    """A training batch in the group layout: rows [g*G, (g+1)*G) share prompt g (with adaptive group sizes, the
+    groups are contiguous with the sizes in ``group_sizes``)."""
 
     prompt_ids: torch.Tensor      # (B, P) long, left padded
     prompt_mask: torch.Tensor     # (B, P) bool
@@ -343,17 +350,21 @@ class Batch:
     texts: list
     problems: list
     reasons: list = field(default_factory=list)  # the verifier's reason per row ("" where a task gives none)
+    malformed: torch.Tensor | None = None  # (B,) bool, the verifier's verdict: the text does not parse as an answer
+    group_sizes: list | None = None  # one size per contiguous group (adaptive group sizes); None = equal groups of G
 
     @property
     def size(self):
         return self.response_ids.shape[0]
 
     def select(self, rows: torch.Tensor) -> "Batch":
+        """The given rows (``group_sizes`` is dropped: rows need not be whole groups; see _select_groups)."""
         idx = rows.tolist()
         return Batch(self.prompt_ids[rows], self.prompt_mask[rows], self.response_ids[rows],
                      self.response_mask[rows], self.old_logp[rows], self.truncated[rows], self.rewards[rows],
                      self.correct[rows], self.difficulty[rows], [self.texts[i] for i in idx],
-                     [self.problems[i] for i in idx], [self.reasons[i] for i in idx])
+                     [self.problems[i] for i in idx], [self.reasons[i] for i in idx],
+                     None if self.malformed is None else self.malformed[rows])
 
 
 def _pad_to(x: torch.Tensor, width: int, value) -> torch.Tensor:
@@ -384,7 +395,9 @@ def concat_batches(parts: list[Batch], pad_id: int = 0) -> Batch:
         torch.cat([b.truncated for b in parts]), torch.cat([b.rewards for b in parts]),
         torch.cat([b.correct for b in parts]), torch.cat([b.difficulty for b in parts]),
         sum((b.texts for b in parts), []), sum((b.problems for b in parts), []),
-        sum((b.reasons for b in parts), []))
+        sum((b.reasons for b in parts), []),
+        None if any(b.malformed is None for b in parts) else torch.cat([b.malformed for b in parts]),
+        None if any(b.group_sizes is None for b in parts) else sum((b.group_sizes for b in parts), []))
 
 
 def _concat_table(tokenizer) -> list[str] | None:
@@ -418,10 +431,12 @@ def decode_responses(tokenizer, ids: torch.Tensor) -> list[str]:
     return tokenizer.batch_decode(ids, skip_special_tokens=True)
 
 
-def rollout(s: Setup, problems: list, group_size: int, params: SamplingParams, generator) -> Batch:
-    """G completions for each problem, decoded and scored by the task's verifier."""
+def rollout(s: Setup, problems: list, group_size: int | list, params: SamplingParams, generator) -> Batch:
+    """G completions for each problem (or group_size[i] for problem i), decoded and scored by the task's verifier."""
+    sizes = list(group_size) if isinstance(group_size, (list, tuple)) else None
     p_ids, p_mask = s.codec.encode_prompts(problems)
-    p_ids, p_mask = repeat_prompts(p_ids.to(s.device), p_mask.to(s.device), group_size)
+    reps = group_size if sizes is None else torch.tensor(sizes, device=s.device)
+    p_ids, p_mask = repeat_prompts(p_ids.to(s.device), p_mask.to(s.device), reps)
     with timed(s, "sample"):
         gen: Generation = s.engine.generate(p_ids, p_mask, params, generator)
         if gen.response_ids.device != s.device:  # an engine of its own (vLLM) answers on the CPU
@@ -434,14 +449,15 @@ def rollout(s: Setup, problems: list, group_size: int, params: SamplingParams, g
             bad = (torch.isin(gen.response_ids, s.bad_ids) & gen.response_mask).any(-1)
             if bool(bad.any()):
                 texts = [INVALID_MARK + t if b else t for t, b in zip(texts, bad.tolist())]
-        probs = [p for p in problems for _ in range(group_size)]
+        probs = [p for p, g in zip(problems, sizes or [group_size] * len(problems)) for _ in range(g)]
         results = [s.task.reward(p, t, bool(tr)) for p, t, tr in zip(probs, texts, gen.truncated.tolist())]
     dev = s.device
     return Batch(p_ids, p_mask, gen.response_ids, gen.response_mask, gen.logp, gen.truncated,
                  torch.tensor([r.reward for r in results], dtype=torch.float32, device=dev),
                  torch.tensor([r.correct for r in results], device=dev),
                  torch.tensor([p.difficulty for p in probs], device=dev), texts, probs,
-                 [getattr(r, "reason", "") for r in results])
+                 [getattr(r, "reason", "") for r in results],
+                 torch.tensor([bool(getattr(r, "malformed", False)) for r in results], device=dev), sizes)
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -509,6 +525,8 @@ def evaluate(s: Setup, step: int) -> dict:
 
 def collect(s: Setup, step: int, state: dict) -> tuple[Batch, Batch, dict]:
     """Sample until the training batch is full. Returns (training batch, everything sampled, metrics)."""
+    if GR.adaptive(s.cfg.objective):  # a group size per prompt (objective.groups)
+        return collect_adaptive(s, step, state)
     cfg, obj = s.cfg, s.cfg.objective
     G, n_prompts = obj.group_size, cfg.prompts_per_step
     filt = obj.filters
@@ -526,6 +544,7 @@ def collect(s: Setup, step: int, state: dict) -> tuple[Batch, Batch, dict]:
             lengths = b.response_mask.sum(-1)
             b.rewards = b.rewards + F.overlong_penalty(lengths, s.sampling.max_new_tokens,
                                                        filt.overlong_cache, filt.overlong_factor).float()
+        _correct_groups(s, b, G)
         everything.append(b)
         if rounds == 1 and G > 1:  # before any filtering: how many fresh groups carry no signal
             first_zero_var = float(group_stats(b.rewards, G).zero_var.float().mean())
@@ -544,12 +563,177 @@ def collect(s: Setup, step: int, state: dict) -> tuple[Batch, Batch, dict]:
     m = {"rollout/rounds": rounds, "rollout/groups_kept": n_kept, **engine_logp_metrics(engine_diffs)}
     if G > 1:
         m["rollout/zero_var_frac"] = first_zero_var
+    m.update(_correction_metrics(s, allb, G))
     if not kept:
         return None, allb, m
     train_b = concat_batches(kept, s.codec.pad_id)
     if train_b.size > n_prompts * G:  # dynamic sampling overshot: keep the first n_prompts groups
         train_b = train_b.select(torch.arange(n_prompts * G))
     return train_b, allb, m
+
+
+# ---------------------------------------------------------------------------------------------------------
+# seed 003 directions (each a config field; every preset leaves them off and runs exactly the code above):
+# adaptive group sizes, group reward correction, group selection, schedules and the entropy-driven temperature
+
+
+def collect_adaptive(s: Setup, step: int, state: dict) -> tuple[Batch | None, Batch, dict]:
+    """collect() with a group size per prompt (objective.groups; algos.groups).
+
+    Every sampling round spends the same budget, rollout.completions_per_step completions, on as many prompts of
+    the stream as the sizes allow (algos.groups.fill_budget: the last group is trimmed, never to fewer than the
+    estimator's smallest group). Dynamic sampling keeps whole groups; the training batch is the kept groups in
+    order while they fit in the budget (a kept group is never cut: that could make it all-equal), so with dynamic
+    sampling it may hold fewer completions than the budget. The running pass rate per difficulty level
+    (groups.ema, groups.prior) is updated from every completion sampled and kept in ``state`` (checkpointed).
+    """
+    cfg, obj = s.cfg, s.cfg.objective
+    filt, budget = obj.filters, cfg.rollout.completions_per_step
+    min_size = max(ADVANTAGE_ESTIMATORS.get(obj.adv.estimator).min_group_size, 2 if filt.dynamic_sampling else 1)
+    rates = {int(d): r for d, r in state.get("pass_rates", {}).items()}
+    kept: list[Batch] = []
+    everything: list[Batch] = []
+    n_kept, rounds = 0, 0
+    while True:
+        chunk = s.task.prompts(cfg.effective_data_seed, state["prompt_index"], budget)  # more than enough
+        sizes = GR.fill_budget(GR.wanted_sizes(obj, [p.difficulty for p in chunk], rates), budget, min_size)
+        state["prompt_index"] += len(sizes)
+        b = rollout(s, chunk[:len(sizes)], sizes, s.sampling, _gen(cfg.seed, step, 10 + rounds, s.device))
+        rounds += 1
+        if filt.overlong_penalty:
+            b.rewards = b.rewards + F.overlong_penalty(b.response_mask.sum(-1), s.sampling.max_new_tokens,
+                                                       filt.overlong_cache, filt.overlong_factor).float()
+        _correct_groups(s, b, sizes)
+        everything.append(b)
+        if rounds == 1:
+            first_zero_var = float(group_stats(b.rewards, sizes).zero_var.float().mean())
+        if filt.dynamic_sampling:
+            keep = F.dynamic_sampling_keep(b.rewards, sizes).tolist()
+            if any(keep):
+                kept.append(_select_groups(b, keep))
+                n_kept += kept[-1].size
+        else:
+            kept.append(b)
+            n_kept += b.size
+        if n_kept >= budget or not filt.dynamic_sampling or rounds >= filt.max_rounds:
+            break
+    allb = concat_batches(everything, s.codec.pad_id)
+    first = [sum(allb.group_sizes[:i]) for i in range(len(allb.group_sizes))]  # first row of each group
+    m = {"rollout/rounds": rounds, "rollout/zero_var_frac": first_zero_var,
+         "groups/prompts": len(allb.group_sizes), "groups/size_mean": allb.size / len(allb.group_sizes)}
+    by_d = defaultdict(list)
+    for g, i in zip(allb.group_sizes, first):
+        by_d[allb.problems[i].difficulty].append(g)
+    m.update({f"groups/size_d{d}": sum(gs) / len(gs) for d, gs in sorted(by_d.items())})
+    m.update({f"groups/pass_rate_d{d}": r for d, r in sorted(rates.items())})  # the rates that chose the sizes
+    rates = GR.update_pass_rates(rates, allb.difficulty.tolist(), allb.correct.tolist(), obj.groups.ema,
+                                 obj.groups.prior)
+    state["pass_rates"] = {str(d): r for d, r in rates.items()}
+    m.update(_correction_metrics(s, allb, allb.group_sizes))
+    if not kept:
+        m["rollout/groups_kept"] = 0
+        return None, allb, m
+    train_b = concat_batches(kept, s.codec.pad_id)
+    if train_b.size > budget:  # dynamic sampling overshot: the first groups that fit
+        total, fit = 0, []
+        for g in train_b.group_sizes:
+            fit.append(total + g <= budget and (not fit or fit[-1]))
+            total += g if fit[-1] else 0
+        train_b = _select_groups(train_b, fit)
+    m["rollout/groups_kept"] = len(train_b.group_sizes)
+    return train_b, allb, m
+
+
+def _select_groups(b: Batch, keep: list) -> Batch:
+    """The whole groups of ``b`` (with group_sizes) whose entry in ``keep`` is True, their sizes kept."""
+    rows, start = [], 0
+    for g, k in zip(b.group_sizes, keep):
+        if k:
+            rows.extend(range(start, start + g))
+        start += g
+    out = b.select(torch.tensor(rows, dtype=torch.long, device=b.rewards.device))
+    out.group_sizes = [g for g, k in zip(b.group_sizes, keep) if k]
+    return out
+
+
+def _correct_groups(s: Setup, b: Batch, groups) -> None:
+    """objective.filters.group_correction (algos.filters.group_reward_correction): the rewards of a group whose share
+    of malformed responses exceeds correction_share are scaled by correction_factor, right after sampling (before
+    dynamic sampling looks at them). ``groups``: G or the group sizes."""
+    f = s.cfg.objective.filters
+    if f.group_correction:
+        b.rewards, _ = F.group_reward_correction(b.rewards, b.malformed, groups, f.correction_share,
+                                                 f.correction_factor)
+
+
+def _correction_metrics(s: Setup, allb: Batch, groups) -> dict:
+    f = s.cfg.objective.filters
+    if not f.group_correction:
+        return {}
+    _, hit = F.group_reward_correction(allb.rewards, allb.malformed, groups, f.correction_share, f.correction_factor)
+    return {"filters/corrected_frac": float(hit.float().mean()),
+            "filters/malformed_frac": float(allb.malformed.float().mean())}
+
+
+def _top_select(obj, b: Batch, mask: torch.Tensor, m: dict) -> torch.Tensor:
+    """objective.filters.top_select (algos.filters.top_fraction_keep): only the top responses of each group by reward
+    stay in the loss mask; every response keeps its reward in its group's baseline. Logs filters/top_kept_frac."""
+    f = obj.filters
+    if not f.top_select:
+        return mask
+    keep = F.top_fraction_keep(b.rewards, b.group_sizes or obj.group_size, f.top_fraction, f.top_min_keep)
+    m["filters/top_kept_frac"] = float(keep.float().mean())
+    return mask & keep[:, None]
+
+
+def _group_weights_by_size(adv: torch.Tensor, mask: torch.Tensor, correct: torch.Tensor, sizes: list) -> dict:
+    """The difficulty-bias measurement (adv/group_weight_k{k}) for unequal groups: a group's total advantage weight
+    sum_i |A_i| against its pass count k, separately for each group size g."""
+    w = ((adv * mask).sum(-1) / mask.sum(-1).clamp(min=1)).abs().tolist()
+    c = correct.tolist()
+    acc, start = defaultdict(list), 0
+    for g in sizes:
+        acc[(g, sum(c[start:start + g]))].append(sum(w[start:start + g]))
+        start += g
+    out = {}
+    for (g, k), ws in sorted(acc.items()):
+        out[f"adv/group_weight_g{g}_k{k}"] = sum(ws) / len(ws)
+        out[f"adv/groups_g{g}_k{k}"] = len(ws)
+    return out
+
+
+def at_step(s: Setup, state: dict, step: int) -> tuple[Setup, dict]:
+    """The setup as it is at RL step ``step``: the objective with its schedules applied (algos.objective_at at the
+    step's progress) and the training-sampling temperature (rollout.temperature_schedule, or the entropy-driven
+    temperature kept in ``state``). Returns (setup, {"sched/<setting>": value}); ``s`` itself and {} when nothing
+    is scheduled (every preset). The copy shares everything else with ``s`` (models, engine, timers)."""
+    cfg, ro = s.cfg, s.cfg.rollout
+    controlled = ro.temperature_control.target is not None
+    if not cfg.objective.schedules and ro.temperature_schedule.kind == "constant" and not controlled:
+        return s, {}
+    p = SCH.progress(min(step, cfg.train.steps), cfg.train.steps)  # past the last step (bench): the end values
+    sched = {f"sched/{k}": v for k, v in SCH.scheduled_values(cfg.objective, p).items()}
+    if controlled:
+        T = state.setdefault("temperature", ro.temperature)
+    else:
+        T = SCH.value_at(ro.temperature_schedule, ro.temperature, p)
+    if controlled or ro.temperature_schedule.kind != "constant":
+        sched["sched/rollout.temperature"] = T
+    cfg_t = copy.copy(cfg)  # frozen: set its fields without re-running TrainConfig's (task-resolving) validation
+    object.__setattr__(cfg_t, "objective", algos.objective_at(cfg.objective, p))
+    object.__setattr__(cfg_t, "rollout", dataclasses.replace(ro, temperature=T, temperature_schedule=SCH.Schedule()))
+    s_t = copy.copy(s)
+    s_t.cfg, s_t.sampling = cfg_t, dataclasses.replace(s.sampling, temperature=T)
+    return s_t, sched
+
+
+def control_temperature(s: Setup, state: dict, m: dict) -> None:
+    """rollout.temperature_control: the next step's temperature from this step's policy entropy (algos.schedules.
+    controlled_temperature), kept in ``state`` so that a resumed run continues it."""
+    ctl = s.cfg.rollout.temperature_control
+    if ctl.target is not None:
+        state["temperature"] = SCH.controlled_temperature(state.get("temperature", s.cfg.rollout.temperature),
+                                                          m.get("policy/entropy", float("nan")), ctl)
 
 
 def rollout_metrics(b: Batch, task) -> dict:
@@ -576,6 +760,7 @@ def update(s: Setup, b: Batch, opt, critic_opt, step: int) -> dict:
         mask = F.overlong_filter(mask, b.truncated)
     max_len = obj.loss.max_len or s.sampling.max_new_tokens
     m: dict = {}
+    mask = _top_select(obj, b, mask, m)
     with torch.no_grad():
         ref = None
         if s.reference is not None:
@@ -589,10 +774,13 @@ def update(s: Setup, b: Batch, opt, critic_opt, step: int) -> dict:
         with timed(s, "advantages"):
             kl_ref = ref.logp if (ref is not None and obj.kl.placement == "reward") else None
             adv, returns, am = algos.compute_advantages(obj, rewards=b.rewards, mask=mask, values=values,
-                                                        old_logp=b.old_logp, ref_logp=kl_ref, max_len=max_len)
+                                                        old_logp=b.old_logp, ref_logp=kl_ref, max_len=max_len,
+                                                        group_sizes=b.group_sizes)
     m.update({k: _to_float(v) for k, v in rename(am).items()})
     G = obj.group_size
-    if G > 1 and b.size % G == 0:
+    if b.group_sizes is not None:
+        m.update(_group_weights_by_size(adv, mask, b.correct, b.group_sizes))
+    elif G > 1 and b.size % G == 0:
         # difficulty-bias measurement: a group's total advantage weight sum_i |A_i| against its pass count k
         seq_adv = (adv * mask).sum(-1) / mask.sum(-1).clamp(min=1)
         k_of = b.correct.view(-1, G).sum(-1)
@@ -898,14 +1086,16 @@ def _train(cfg: TrainConfig, *, progress: bool, cache_dir, meta_extra: dict | No
 def train_step(s: Setup, state: dict, opt, critic_opt) -> tuple[dict, Batch]:
     """One RL step (collect, then update); advances ``state``. Returns (metrics row, everything sampled)."""
     step = state["step"] + 1
+    s, sched = at_step(s, state, step)  # the objective and sampling temperature in effect at this step
     phases_before = dict(s.timers)
     t0 = time.perf_counter()
     train_b, all_b, cm = collect(s, step, state)
     t1 = time.perf_counter()
-    m = {**rollout_metrics(all_b, s.task), **cm}
+    m = {**rollout_metrics(all_b, s.task), **cm, **sched}
     if train_b is not None:
         m.update(update(s, train_b, opt, critic_opt, step))
         s.engine.sync_weights(s.policy)  # the next rollout (and evaluation) samples from the updated weights
+    control_temperature(s, state, m)  # rollout.temperature_control: the next step's temperature
     t2 = time.perf_counter()
     state["tokens"] += m["rollout/tokens"]
     state["elapsed"] += t2 - t0

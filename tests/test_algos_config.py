@@ -13,6 +13,7 @@ import algos
 from algos.config import (
     AdvantageConfig,
     FilterConfig,
+    GroupConfig,
     KLConfig,
     LossConfig,
     ObjectiveConfig,
@@ -24,8 +25,10 @@ from algos.config import (
     with_overrides,
 )
 from algos.registry import ADVANTAGE_ESTIMATORS, AGGREGATION_MODES, KL_ESTIMATORS, RATIO_LEVELS, Registry
+from algos.schedules import Schedule, TemperatureControl
 
-CONFIG_CLASSES = [AdvantageConfig, RatioConfig, LossConfig, KLConfig, ValueConfig, FilterConfig, ObjectiveConfig]
+CONFIG_CLASSES = [AdvantageConfig, RatioConfig, LossConfig, KLConfig, ValueConfig, FilterConfig, GroupConfig,
+                  ObjectiveConfig]
 
 
 # ------------------------------------------------------------------------------------------- validation
@@ -94,9 +97,11 @@ def test_valid_edge_cases_and_int_to_float():
 
 # ------------------------------------------------------------------------------------- OmegaConf contract
 ALLOWED = {str, int, float, bool}
+# the container types OmegaConf handles that the configs use: lists of numbers, and the schedules mapping
+CONTAINERS = {typing.List[float], typing.List[int], typing.Dict[str, typing.Dict[str, Schedule]]}
 
 
-@pytest.mark.parametrize("cls", CONFIG_CLASSES)
+@pytest.mark.parametrize("cls", CONFIG_CLASSES + [Schedule, TemperatureControl])
 def test_field_types_are_omegaconf_friendly(cls):
     hints = typing.get_type_hints(cls)
     for f in dataclasses.fields(cls):
@@ -104,7 +109,7 @@ def test_field_types_are_omegaconf_friendly(cls):
         if typing.get_origin(tp) is typing.Union:
             args = [a for a in typing.get_args(tp) if a is not type(None)]
             assert len(args) == 1 and args[0] in ALLOWED, f"{cls.__name__}.{f.name}: {tp}"
-        elif dataclasses.is_dataclass(tp):
+        elif dataclasses.is_dataclass(tp) or tp in CONTAINERS:
             assert f.default_factory is not dataclasses.MISSING, f"{cls.__name__}.{f.name} needs default_factory"
         else:
             assert tp in ALLOWED, f"{cls.__name__}.{f.name}: {tp}"
@@ -242,7 +247,7 @@ def test_registry_duplicate_and_unknown():
 
 
 def test_registry_families_are_complete():
-    assert ADVANTAGE_ESTIMATORS.names() == ("gae", "group", "rloo")
+    assert ADVANTAGE_ESTIMATORS.names() == ("gae", "group", "hybrid", "rloo")
     assert AGGREGATION_MODES.names() == ("seq_mean_token_mean", "seq_mean_token_sum", "seq_mean_token_sum_norm", "token_mean")
     assert KL_ESTIMATORS.names() == ("k1", "k2", "k3", "k3_k2grad", "k3_ratio")
     assert RATIO_LEVELS.names() == ("sequence", "sequence_token", "token")

@@ -45,7 +45,19 @@ NON_DEFAULT = {
     "filters.max_rounds": 3,
     "filters.overlong_cache": 8,
     "filters.overlong_factor": 0.5,
+    "adv.alpha": 0.25,
+    "filters.top_fraction": 0.5,
+    "filters.top_min_keep": 2,
+    "filters.correction_share": 0.25,
+    "filters.correction_factor": 0.5,
+    "groups.thresholds": [2.0],
+    "groups.sizes": [4, 12],
+    "groups.ema": 0.25,
+    "groups.prior": 0.75,
 }
+# settings a member needs before it can be chosen at all (a rule with sizes needs sizes)
+COMPANIONS = {("groups.rule", "difficulty"): {"groups.thresholds": [2.0], "groups.sizes": [4, 12]},
+              ("groups.rule", "pass_rate"): {"groups.thresholds": [2.0], "groups.sizes": [4, 12]}}
 
 
 def test_every_governed_field_has_a_test_value_and_one_slot():
@@ -59,7 +71,7 @@ def test_every_governed_field_has_a_test_value_and_one_slot():
 
 
 def _with_member(slot, member):
-    return with_overrides(ObjectiveConfig(), {slot: member})
+    return with_overrides(ObjectiveConfig(), {slot: member, **COMPANIONS.get((slot, member), {})})
 
 
 @pytest.mark.parametrize("slot,member", [(s, m) for s, cands, _ in _SLOTS for m in cands()])
@@ -70,6 +82,8 @@ def test_each_component_accepts_what_it_reads_and_rejects_the_rest(slot, member)
         if rs[0][0] != slot:
             continue
         if path in read:
+            if path in COMPANIONS.get((slot, member), {}):
+                continue  # already non-default in base
             with_overrides(base, {path: NON_DEFAULT[path]})  # accepted
         else:
             # (kl.beta > 0 with placement none has its own KLConfig message: "KLConfig.beta = ...")
@@ -88,7 +102,7 @@ def test_each_component_accepts_what_it_reads_and_rejects_the_rest(slot, member)
         ({"adv.estimator": "rloo", "adv.scale": "none"}, r"adv\.scale = 'none' is not read by adv\.estimator = 'rloo'"),
         ({"adv.estimator": "rloo", "adv.eps": 5.0}, r"adv\.eps = 5\.0 is not read by adv\.estimator = 'rloo'"),
         ({"adv.estimator": "rloo", "adv.gamma": 0.5}, r"adv\.gamma = 0\.5 is not read by adv\.estimator = 'rloo' "
-                                                       r"\(only adv\.estimator in \['gae'\] reads it\)"),
+                                                       r"\(only adv\.estimator in \['gae', 'hybrid'\] reads it\)"),
         ({"value.coef": 0.5}, r"value\.coef = 0\.5 is not read by adv\.estimator = 'group'"),
         ({"value.cliprange": 0.2}, r"value\.cliprange = 0\.2 is not read by adv\.estimator = 'group'"),
         ({"value.lr_scale": 3.0}, r"value\.lr_scale"),

@@ -72,3 +72,45 @@ def test_task_errors_surface_at_load_time():
         load_config(None, ["task.ops=+/"])
     with pytest.raises(ConfigError, match="difficulty"):
         load_config(None, ["task.max_digits=2", "task.difficulty_weights=[1,1,1]"])
+
+
+# ------------------------------------------------------------------------------- seed 003 directions
+def test_schedules_from_the_command_line_and_yaml(tmp_path):
+    cli = load_config(None, ["objective.schedules.ratio.eps_high.kind=linear",
+                             "objective.schedules.ratio.eps_high.end=0.05", "rollout.temperature=1.2",
+                             "rollout.temperature_schedule.kind=cosine", "rollout.temperature_schedule.end=0.7"])
+    sched = cli.objective.schedules["ratio"]["eps_high"]
+    assert (sched.kind, sched.start, sched.end) == ("linear", None, 0.05)
+    assert cli.rollout.temperature_schedule.end == 0.7
+    p = tmp_path / "s.yaml"
+    p.write_text("objective: {preset: grpo, schedules: {ratio: {eps_high: {kind: linear, start: 0.2, end: 0.05}}}}\n")
+    assert load_config(p).objective.schedules["ratio"]["eps_high"].start == 0.2
+
+
+@pytest.mark.parametrize("override, needle", [
+    ("objective.schedules.ratio.eps_high.knd=linear", "Did you mean one of: 'kind'"),           # unknown setting
+    ("objective.schedules.ratio.eps_high.kind=exp", "Schedule.kind must be one of"),             # bad kind
+    ("objective.schedules.ratio.eps_high.start=nan", "finite"),                                   # NaN
+    ("objective.schedules.ratio.eps_hi.kind=constant", "no field 'eps_hi'"),                     # unknown field
+    ("objective.schedules.loss.agg.kind=constant", "not a float field"),                        # non-float field
+    ("objective.schedules.kl.beta.end=0.1", "Schedule.end = 0.1 is not read by kind 'constant'"),
+    ("rollout.temperature_schedule.end=nan", "finite"),
+    ("rollout.temperature_control.gain=0.3", "not read while"),
+])
+def test_bad_schedules_fail_at_load(override, needle):
+    with pytest.raises(ConfigError) as e:
+        load_config(None, [override])
+    assert needle in str(e.value)
+
+
+def test_adaptive_group_sizes_at_load():
+    # any budget works with a size per prompt (16 is no multiple of 3 or 5); group_size is then not read
+    cfg = load_config(None, ["objective.groups.rule=difficulty", "objective.groups.thresholds=[2]",
+                             "objective.groups.sizes=[3,5]", "rollout.completions_per_step=16"])
+    assert cfg.objective.groups.sizes == [3, 5]
+    with pytest.raises(ConfigError, match="group_size = 4 is not read by groups.rule = 'difficulty'"):
+        load_config(None, ["objective.groups.rule=difficulty", "objective.groups.thresholds=[2]",
+                           "objective.groups.sizes=[3,5]", "objective.group_size=4"])
+    with pytest.raises(ConfigError, match="both set the temperature"):
+        load_config(None, ["rollout.temperature_schedule.kind=linear", "rollout.temperature_schedule.end=0.7",
+                           "rollout.temperature_control.target=1.0"])
