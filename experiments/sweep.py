@@ -235,29 +235,23 @@ def _get(d, key: str):
 def _compare(sw: Sweep, r: RunSpec) -> tuple[str, str, RunSpec]:
     """(state, why, run) of one run of the spec against its folder: state new | resume | done | changed.
 
-    A folder whose config.yaml differs only in out_dir holds the same run in a moved folder (or one begun when
-    sweeps wrote out_dir relative to the working directory): a finished one is kept as it is; an unfinished one
-    written relative to this directory gets its out_dir back, so train() resumes it; an unfinished one moved
-    from elsewhere is "changed", because experiments.train.run_status compares out_dir too.
+    out_dir is where a run lives, not what it is (experiments.train.LOCATION_KEYS): a moved sweep folder, or one
+    begun when sweeps wrote out_dir relative to the working directory, resumes or is kept as it is. Any other
+    difference is "changed", also for a run that failed before its first checkpoint (which a single
+    ``objbench train`` would move aside): a sweep never mixes old and new configs silently.
     """
-    from experiments.train import _diff_keys, run_status
+    from experiments.train import LOCATION_KEYS, _diff_keys, run_status
 
     try:
-        return run_status(r.cfg)[1], "", r
+        state = run_status(r.cfg)[1]
+        if state != "replace":
+            return state, "", r
     except ConfigError:
         pass
     run_dir = sw.sweep_dir / r.cfg.run_name
     old = yaml.safe_load((run_dir / "config.yaml").read_text()) or {}
     new = to_dict(r.cfg)
-    keys = [k for k in sorted(_diff_keys(old, new)) if k != "out_dir"]
-    finished = (run_dir / "done").exists()
-    if not keys:
-        if finished:
-            return "done", "", r
-        if os.path.abspath(str(old.get("out_dir"))) == new["out_dir"]:
-            return "resume", "", replace(r, cfg=replace(r.cfg, out_dir=old["out_dir"]))
-        return "changed", (f"out_dir: {_short(old.get('out_dir'))} -> {_short(new['out_dir'])} (an unfinished run "
-                           "resumes only in the folder it began in)"), r
+    keys = [k for k in sorted(_diff_keys(old, new)) if k not in LOCATION_KEYS]
     why = "; ".join(f"{k}: {_short(_get(old, k))} -> {_short(_get(new, k))}" for k in keys[:6])
     if len(keys) > 6:
         why += f"; and {len(keys) - 6} more key(s)"
