@@ -48,8 +48,9 @@ DEFAULT_TASK = {"name": "arithmetic", "eval_per_difficulty": 64}  # the built-in
 @dataclass(frozen=True)
 class ModelConfig:
     arch: str = "tiny"
-    """built-in architecture trained from scratch with the character tokenizer: tiny (~0.13M params) | small
-    (~1M); ignored when `path` is set"""
+    """built-in architecture trained from scratch with the character tokenizer: tiny (~0.13M params, head_dim 16)
+    | tiny_h32 (tiny with 2 heads of 32: vLLM's CPU attention needs head_dim 32+) | small (~1M); ignored when `path`
+    is set"""
     path: str = ""
     """a Hugging Face causal LM: local directory (or hub id where the hub is reachable) holding the model and its
     own tokenizer; empty = the built-in `arch`"""
