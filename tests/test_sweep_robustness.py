@@ -143,6 +143,7 @@ def _running(pid: int) -> bool:
         return False
 
 
+@pytest.mark.slow  # ~1.5 min on 2 cores; run with -m slow (the default run keeps the older killed-sweep test)
 @pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads the process tree from /proc")
 def test_kill9_of_the_sweep_ends_its_workers_and_a_rerun_resumes_bit_exactly(tmp_path, reference, cache):
     spec, ref_dir = reference
