@@ -534,7 +534,11 @@ def _make_task(spec: dict):
         try:
             _TASKS[key] = make_task(spec["name"], **kwargs)
         except (ValueError, TypeError) as e:
-            raise ConfigError(f"task: {e}") from None
+            hint = ""
+            if spec["name"] in ("gsm8k", "math", "verl"):  # a data set layout typed as a task name
+                hint = (f" (a {spec['name']} data set: task.name=dataset task.format={spec['name']} "
+                        "task.path=FILE_OR_HUB_NAME)")
+            raise ConfigError(f"task: {e}{hint}") from None
     return _TASKS[key]
 
 

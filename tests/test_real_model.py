@@ -265,3 +265,10 @@ def test_bad_data_file_fails_before_any_run_folder(case, toy_model, tmp_path):
 def test_word_problems_need_a_real_tokenizer(gsm8k_file):
     with pytest.raises(ConfigError, match="character tokenizer"):
         load_config(None, ["task.name=dataset", f"task.path={gsm8k_file}", "task.format=gsm8k"])
+
+
+def test_the_first_command_a_researcher_types_explains_itself():
+    with pytest.raises(ConfigError, match="model.path") as e:
+        load_config(None, ["model.arch=Qwen/Qwen2.5-0.5B-Instruct"])
+    with pytest.raises(ConfigError, match="task.name=dataset task.format=gsm8k task.path="):
+        load_config(None, ["task.name=gsm8k"])
