@@ -273,9 +273,9 @@ def _warm_progress() -> bool:
 def load_start(cfg: TrainConfig, task, cache_dir=None):
     """(policy, codec, sft info, checkpoint folder) of a run's start policy."""
     if cfg.model.path:
-        policy, codec = load_hf(cfg.model.path, chat_template=cfg.rollout.chat_template,
-                                dtype=DTYPES[cfg.model.dtype], attn_implementation=cfg.model.attn)
         folder = check_model(cfg)["folder"]
+        policy, codec = load_hf(folder, chat_template=cfg.rollout.chat_template,
+                                dtype=DTYPES[cfg.model.dtype], attn_implementation=cfg.model.attn)
         if cfg.sft.steps:
             if not getattr(task, "has_sft_targets", True):
                 raise ConfigError(f"sft.steps={cfg.sft.steps}: task {task.name!r} has no reference answers to "
@@ -304,8 +304,7 @@ def make_setup(cfg: TrainConfig, task, codec, policy, sft_info: dict | None = No
     """
     obj = cfg.objective
     if not isinstance(codec, Codec):  # a bare character tokenizer (tests, benchmarks)
-        ch = char_codec()
-        codec = Codec(codec, eos_id=ch.eos_id, pad_id=ch.pad_id, bos_id=ch.bos_id)
+        codec = dataclasses.replace(char_codec(), tokenizer=codec)
     device = resolve_device(cfg.model.device)
     policy.to(device=device, dtype=DTYPES[cfg.model.dtype])
     if cfg.model.gradient_checkpointing:
@@ -1001,7 +1000,7 @@ def train(cfg: TrainConfig, *, progress: bool = True, cache_dir=None, meta_extra
 
 
 def _train(cfg: TrainConfig, *, progress: bool, cache_dir, meta_extra: dict | None) -> Path:
-    check_model(cfg)
+    model_info = check_model(cfg)
     run_dir, status = run_status(cfg)
     if status == "done":
         if progress:
@@ -1010,7 +1009,6 @@ def _train(cfg: TrainConfig, *, progress: bool, cache_dir, meta_extra: dict | No
     # the start policy first: a bad model, data file or warm start fails before any run folder is written
     s = build_setup(cfg, cache_dir)
     run_dir, status = prepare_run_dir(cfg)
-    status = "new" if status == "replace" else status
     s.policy.train()
     opt, critic_opt = _make_optimizers(s)
     state = load_checkpoint(run_dir, s, opt, critic_opt) if status == "resume" else None
@@ -1028,7 +1026,7 @@ def _train(cfg: TrainConfig, *, progress: bool, cache_dir, meta_extra: dict | No
             "start": datetime.now(timezone.utc).isoformat(timespec="seconds"), "end": None,
             "resumed_from_step": state["step"] or None, "sft": s.sft_info,
             "device": str(s.device), "dtype": cfg.model.dtype, "special_ids": s.codec.special,
-            "chat_template": s.codec.chat, "model": check_model(cfg) or {"arch": cfg.model.arch},
+            "chat_template": s.codec.chat, "model": model_info or {"arch": cfg.model.arch},
             "n_params": n_params(s.policy), "argv": sys.argv, **(meta_extra or {})}
     (run_dir / "meta.json").write_text(json.dumps(meta, indent=1, default=str))
 
@@ -1133,7 +1131,8 @@ def _wandb_init(cfg: TrainConfig, run_dir: Path, meta: dict):
     safe = "".join(c if c.isalnum() or c in "_-" else "-" for c in cfg.run_name[:40])
     run_id = id_file.read_text().strip() if id_file.is_file() else f"{safe}-{os.urandom(4).hex()}"
     id_file.write_text(run_id)
-    kw = {"mode": _wandb_mode()} if _wandb_mode() else {}
+    mode = _wandb_mode()
+    kw = {"mode": mode} if mode else {}
     for attempt in range(10):
         try:
             return wandb.init(project=cfg.log.wandb_project, name=cfg.run_name, id=run_id, resume="allow",

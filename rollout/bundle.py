@@ -87,25 +87,15 @@ class Codec:
         out: list[list[int] | None] = [None] * len(texts)
         for flag in (True, False):
             idx = [i for i, t in enumerate(templated) if t == flag]
-            if not idx:
-                continue
-            rust = getattr(self.tokenizer, "_tokenizer", None)
-            batch = [texts[i] for i in idx]
-            if rust is not None and hasattr(rust, "encode_batch"):
-                enc = [e.ids for e in rust.encode_batch(batch, add_special_tokens=not flag)]
-            else:
-                enc = [self.tokenizer.encode(t, add_special_tokens=not flag) for t in batch]
-            for i, e in zip(idx, enc):
-                out[i] = list(e)
+            if idx:
+                enc = _encode_batch(self.tokenizer, [texts[i] for i in idx], add_special_tokens=not flag)
+                for i, e in zip(idx, enc):
+                    out[i] = e
         return out
 
     def encode_targets(self, texts: list[str]) -> tuple[torch.Tensor, torch.Tensor]:
         """Right-padded ``text + <eos>`` ids and a bool mask, (B, T)."""
         return encode_targets(self.tokenizer, texts, self.eos_id, self.pad_id)
-
-    def max_prompt_tokens(self, problems) -> int:
-        texts = self.prompt_texts(problems)
-        return max((len(ids) for ids in _encode_batch(self.tokenizer, texts)), default=0) + 1
 
 
 def char_codec() -> Codec:
