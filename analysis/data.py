@@ -16,7 +16,8 @@ Files::
                       config keys shared by every run (config_common), and per run: arm, seed, complete, config_hash
                       (sha256 of its config.yaml), the config keys that differ from config_common, commit, versions,
                       start, end, wall_s, resumed_from_step, data_seed, spec_hash, warm_start_sha256
-                      (meta.json sft.weights_sha256, when present).
+                      (meta.json sft.weights_sha256, when present), threads (torch threads the run used: CPU
+                      results depend on it; a sweep uses 1 per worker by default).
     samples.csv.gz    only for studies that read samples.jsonl (length_bias): run, step, length (characters),
                       correct (0/1), count (number of logged responses with that length and correctness).
 
@@ -129,7 +130,8 @@ def _run_record(row: dict) -> tuple[dict, dict]:
            "config_hash": cfg_hash, "commit": meta.get("commit"), "versions": meta.get("versions"),
            "start": meta.get("start"), "end": meta.get("end"), "wall_s": wt["total_s"],
            "resumed_from_step": meta.get("resumed_from_step"), "data_seed": meta.get("data_seed"),
-           "spec_hash": meta.get("spec_hash"), "warm_start_sha256": sft.get("weights_sha256")}
+           "spec_hash": meta.get("spec_hash"), "warm_start_sha256": sft.get("weights_sha256"),
+           "threads": meta.get("threads")}
     flat = {k: v for k, v in _flatten(cfg).items() if k not in ("seed",)}  # seed is a run field already
     return _jsonable(rec), _jsonable(flat)
 

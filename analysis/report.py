@@ -752,10 +752,11 @@ def _report_markdown(runs: Runs, ft, pw, agg, primary, final_def, stat_def, figu
         warm.setdefault(r["seed"], set()).add(r.get("warm_start_sha256"))
     if any(None not in v for v in warm.values()):
         shared = all(len(v) == 1 for v in warm.values())
+        hashes = "; ".join(f"seed {s} `{'`, `'.join(sorted(str(h) for h in v))}`" for s, v in sorted(warm.items()))
         L.append("- warm start (meta.json sft.weights_sha256): " + (
-            "one per seed, shared by every arm of the seed" if shared else
+            "one per seed, shared by every arm of the seed: " + hashes if shared else
             "**differs between arms of the same seed** for seed(s) "
-            + ", ".join(str(s) for s, v in warm.items() if len(v) > 1)))
+            + ", ".join(str(s) for s, v in warm.items() if len(v) > 1) + ": " + hashes))
     for item in rprov["run_versions"]:
         L.append(f"- libraries of the runs ({item['runs']} run(s), meta.json): {_versions_text(item['versions'])}")
     wt = rprov["wall_time"]

@@ -52,7 +52,7 @@ from rollout.bundle import DTYPES, Codec, char_codec, fingerprint_folder, load_h
 from rollout.engine import Generation, HFEngine, SamplingParams, make_engine, repeat_prompts
 from rollout.models import ValueModel, build_policy, frozen_copy, n_params
 from rollout.scoring import score, score_values
-from rollout.sft import cached_warm_start, sft_train
+from rollout.sft import Until, cached_warm_start, sft_train
 
 # transformers' own per-file progress bars (save/load of a 0.5 MB checkpoint) would drown the sweep's bar
 from transformers.utils import logging as _hf_logging  # noqa: E402
@@ -202,6 +202,30 @@ def corrupt_digit(text: str, rng) -> str:
     return text[:i] + wrong + text[i + 1:]
 
 
+SFT_VALIDATION_SIZE = 512
+
+
+def _competence_check(cfg: TrainConfig, task, codec: Codec):
+    """reached(policy) -> (every difficulty's greedy accuracy >= sft.until_acc, {"acc_d<d>": ...}) on
+    SFT_VALIDATION_SIZE training-distribution problems from a stream of their own (never the held-out set)."""
+    problems = task.prompts(cfg.seed + 7919 + 104_729, 0, SFT_VALIDATION_SIZE)
+    params = SamplingParams(max_new_tokens(cfg, task), 0.0, 1.0, codec.eos_id, codec.pad_id)
+    p_ids, p_mask = codec.encode_prompts(problems)
+
+    def reached(policy):
+        gen = HFEngine(policy).generate(p_ids, p_mask, params, None)
+        ids = gen.response_ids.masked_fill(~gen.response_mask, codec.pad_id)
+        texts = decode_responses(codec.tokenizer, ids)
+        ok = [task.reward(p, t, bool(tr)).correct for p, t, tr in zip(problems, texts, gen.truncated.tolist())]
+        acc = {}
+        for d in sorted({p.difficulty for p in problems}):
+            sel = [c for c, p in zip(ok, problems) if p.difficulty == d]
+            acc[f"acc_d{d}"] = round(sum(sel) / len(sel), 4)
+        return all(v >= cfg.sft.until_acc for v in acc.values()), acc
+
+    return reached
+
+
 def warm_start(cfg: TrainConfig, task, codec: Codec | None = None, cache_dir=None):
     """The cached SFT start for (task, model, sft settings, seed); identical for every arm of a seed.
 
@@ -235,16 +259,37 @@ def warm_start(cfg: TrainConfig, task, codec: Codec | None = None, cache_dir=Non
     def train_fn(model):
         sft_seed = cfg.seed + 7919  # SFT prompts come from their own stream, not the RL stream
 
+        def texts(probs):
+            return probs if codec.bos_id is None else [p.prompt for p in probs]
+
         def batch_fn(step, rng):
             probs = task.prompts(sft_seed, step * cfg.sft.batch_size, cfg.sft.batch_size)
             targets = [task.sft_target(p, rng) for p in probs]
             if cfg.sft.noise and step >= cfg.sft.noise_start * cfg.sft.steps:
                 targets = [corrupt_digit(t, rng) if rng.random() < cfg.sft.noise else t for t in targets]
-            return (probs if codec.bos_id is None else [p.prompt for p in probs]), targets
+            return texts(probs), targets
 
+        until = None
+        if cfg.sft.until_acc and cfg.sft.steps:
+            def noisy_batch_fn(step, rng):
+                probs = task.prompts(sft_seed, step * cfg.sft.batch_size, cfg.sft.batch_size)
+                targets = [task.sft_target(p, rng) for p in probs]
+                return texts(probs), [corrupt_digit(t, rng) if cfg.sft.noise and rng.random() < cfg.sft.noise
+                                      else t for t in targets]
+
+            until = Until(_competence_check(cfg, task, codec), cfg.sft.check_every, cfg.sft.steps,
+                          cfg.sft.noise_steps, noisy_batch_fn)
         losses = sft_train(model, codec, batch_fn, steps=cfg.sft.steps, lr=cfg.sft.lr, seed=cfg.seed,
+                           grad_clip=cfg.sft.grad_clip, until=until,
                            log_every=max(1, cfg.sft.steps // 10) if _warm_progress() else 0)
-        return {"final_loss": losses[-1] if losses else None, "n_params": n_params(model)}
+        info = {"final_loss": losses[-1] if losses else None, "n_params": n_params(model), "steps": len(losses)}
+        if until is not None:
+            info.update(clean_steps=until.clean_steps, criterion_met=until.done, checks=until.history)
+            if not until.done:
+                print(f"warning: the warm start of seed {cfg.seed} did not reach greedy accuracy "
+                      f"{cfg.sft.until_acc} on every difficulty in {cfg.sft.steps} steps ({until.history[-1]}); "
+                      "continuing with it (sft.json records this)", file=sys.stderr, flush=True)
+        return info
 
     return cached_warm_start(key, build, train_fn, cache_dir=cache_dir)
 
@@ -256,14 +301,16 @@ def _warm_start_code(task) -> str:
 
     import envs.base
     import envs.tokenizer
+    import rollout.engine
     import rollout.fastlm
     import rollout.models
     import rollout.scoring
     import rollout.sft
     from rollout.sft import code_fingerprint
 
-    return code_fingerprint(rollout.sft, rollout.models, rollout.scoring, rollout.fastlm, envs.base,
-                            envs.tokenizer, inspect.getmodule(type(task)), warm_start, corrupt_digit)
+    return code_fingerprint(rollout.sft, rollout.models, rollout.scoring, rollout.fastlm, rollout.engine, envs.base,
+                            envs.tokenizer, inspect.getmodule(type(task)), warm_start, corrupt_digit,
+                            _competence_check, decode_responses)
 
 
 def _warm_progress() -> bool:

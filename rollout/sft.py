@@ -20,6 +20,7 @@ import shutil
 import sys
 import time
 from pathlib import Path
+from dataclasses import dataclass, field
 from typing import Callable
 
 import torch
@@ -65,12 +66,31 @@ def encode_targets(tokenizer, texts: list[str], eos_id: int, pad_id: int):
     return ids, mask
 
 
+@dataclass
+class Until:
+    """A competence-based warm start: train on clean targets until ``reached(policy)`` says so (checked every
+    ``check_every`` steps, at most ``max_steps``), then ``then_steps`` steps of ``then_batch_fn`` while the
+    learning rate decays linearly to 10%. ``reached`` returns (done, record); the records are kept."""
+    reached: Callable[[torch.nn.Module], tuple[bool, dict]]
+    check_every: int
+    max_steps: int
+    then_steps: int
+    then_batch_fn: Callable[[int, random.Random], tuple[list, list[str]]]
+    warmup: int = 100
+    history: list = field(default_factory=list)
+    clean_steps: int | None = None
+    done: bool = False
+
+
 def sft_train(policy, codec, batch_fn: Callable[[int, random.Random], tuple[list, list[str]]], *,
-              steps: int, lr: float, seed: int, special: dict | None = None, log_every: int = 0) -> list[float]:
+              steps: int, lr: float, seed: int, special: dict | None = None, log_every: int = 0,
+              grad_clip: float = 0.0, until: Until | None = None) -> list[float]:
     """Train ``policy`` in place with teacher forcing; loss on the answer tokens and EOS only.
 
     ``codec`` is a rollout.bundle.Codec (or a bare tokenizer together with ``special`` = its bos/eos/pad ids).
-    ``batch_fn(step, rng)`` returns (prompts: problems or texts, target texts). Returns the loss curve.
+    ``batch_fn(step, rng)`` returns (prompts: problems or texts, target texts). ``grad_clip`` > 0 clips the
+    gradient's global norm (0: no clipping). Without ``until``: ``steps`` steps on a fixed schedule; with it:
+    see :class:`Until` (``steps`` is then ignored). Returns the loss curve.
     """
     if special is not None:  # bare tokenizer: "<bos> + prompt" and "target + <eos>"
         tok = codec
@@ -86,36 +106,68 @@ def sft_train(policy, codec, batch_fn: Callable[[int, random.Random], tuple[list
     from rollout.scoring import score  # local import keeps module import light
 
     opt = torch.optim.AdamW(policy.parameters(), lr=lr)
-    # linear warm-up over the first 5% of steps, constant, then linear decay to 10% over the last 25%.
-    # (A cosine schedule kept tiny models on the loss plateau before addition "clicks"; see the note.)
-    warm, decay_from = max(1, steps // 20), int(steps * 0.75)
+    if until is None:
+        # linear warm-up over the first 5% of steps, constant, then linear decay to 10% over the last 25%.
+        # (A cosine schedule kept tiny models on the loss plateau before addition "clicks"; see the note.)
+        warm, decay_from = max(1, steps // 20), int(steps * 0.75)
 
-    def lr_at(step):
-        if step < warm:
-            return (step + 1) / warm
-        if step < decay_from:
-            return 1.0
-        return 1.0 - 0.9 * (step - decay_from) / max(1, steps - decay_from)
+        def lr_at(step):
+            if step < warm:
+                return (step + 1) / warm
+            if step < decay_from:
+                return 1.0
+            return 1.0 - 0.9 * (step - decay_from) / max(1, steps - decay_from)
+    else:
+        def lr_at(step):  # warm-up, constant until the criterion holds, then linear decay to 10% in phase 2
+            if until.clean_steps is None:
+                return min(1.0, (step + 1) / until.warmup)
+            return 1.0 - 0.9 * (step - until.clean_steps) / max(1, until.then_steps)
 
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_at)
     rng = random.Random(seed)
     losses = []
+
+    def one_step(prompts, targets):
+        p_ids, p_mask = (x.to(device) for x in enc_p(prompts))
+        t_ids, t_mask = (x.to(device) for x in enc_t(targets))
+        sc = score(policy, p_ids, p_mask, t_ids, t_mask, with_entropy=False)
+        loss = -(sc.logp * t_mask).sum() / t_mask.sum()
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        if grad_clip:
+            torch.nn.utils.clip_grad_norm_(policy.parameters(), grad_clip)
+        opt.step()
+        sched.step()
+        losses.append(float(loss.detach()))
+        step = len(losses)
+        if log_every and step % log_every == 0:
+            print(f"warm start: step {step} loss {losses[-1]:.4f}", file=sys.stderr, flush=True)
+
     policy.train()
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        for step in range(steps):
-            prompts, targets = batch_fn(step, rng)
-            p_ids, p_mask = (x.to(device) for x in enc_p(prompts))
-            t_ids, t_mask = (x.to(device) for x in enc_t(targets))
-            sc = score(policy, p_ids, p_mask, t_ids, t_mask, with_entropy=False)
-            loss = -(sc.logp * t_mask).sum() / t_mask.sum()
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            opt.step()
-            sched.step()
-            losses.append(float(loss.detach()))
-            if log_every and (step + 1) % log_every == 0:
-                print(f"warm start: step {step + 1}/{steps} loss {losses[-1]:.4f}", file=sys.stderr, flush=True)
+        if until is None:
+            for step in range(steps):
+                one_step(*batch_fn(step, rng))
+        else:
+            step = 0
+            while until.clean_steps is None:
+                one_step(*batch_fn(step, rng))
+                step += 1
+                if step % until.check_every == 0 or step == until.max_steps:
+                    policy.eval()
+                    with torch.no_grad():
+                        done, record = until.reached(policy)
+                    policy.train()
+                    until.history.append({"step": step, **record})
+                    if done or step >= until.max_steps:
+                        until.done, until.clean_steps = bool(done), step
+                        if log_every:
+                            print(f"warm start: {'criterion met' if done else 'criterion NOT met'} after {step} "
+                                  f"clean steps ({record}); {until.then_steps} more steps", file=sys.stderr,
+                                  flush=True)
+            for i in range(until.then_steps):
+                one_step(*until.then_batch_fn(step + i, rng))
     policy.eval()
     return losses
 

@@ -74,6 +74,8 @@ def test_config_command_prints_the_resolved_config(capsys):
     ("data_seed=-5", "seed and data_seed must be >= 0"),
     ("rollout.completions_per_step=1000000000", "would never finish"),
     ("model.arch=nonexistent", "not a built-in architecture"),
+    ("sft.grad_clip=nan", "sft.grad_clip must be a finite number >= 0"),
+    ("sft.grad_clip=-1", "sft.grad_clip must be a finite number >= 0"),
 ])
 def test_bad_values_fail_at_load(override, expect, tmp_path):
     with pytest.raises(ConfigError, match=expect):

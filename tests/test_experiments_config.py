@@ -114,3 +114,17 @@ def test_adaptive_group_sizes_at_load():
     with pytest.raises(ConfigError, match="both set the temperature"):
         load_config(None, ["rollout.temperature_schedule.kind=linear", "rollout.temperature_schedule.end=0.7",
                            "rollout.temperature_control.target=1.0"])
+
+
+def test_warm_start_resolution_competence_by_default_fixed_when_steps_are_given():
+    sft = load_config(None).sft
+    assert (sft.steps, sft.until_acc, sft.noise_steps, sft.grad_clip) == (6000, 0.9, 400, 1.0)
+    sft = load_config(None, ["sft.steps=1000"]).sft  # an explicit step count is a fixed schedule
+    assert (sft.steps, sft.until_acc) == (1000, 0.0)
+    sft = load_config(None, ["sft.steps=1000", "sft.until_acc=0.8"]).sft
+    assert (sft.steps, sft.until_acc) == (1000, 0.8)
+    # the committed studies made before 2026-12-03 used this schedule: it stays reachable
+    old = load_config(None, ["sft.until_acc=0", "sft.steps=1000", "sft.grad_clip=0"]).sft
+    assert (old.steps, old.until_acc, old.grad_clip, old.noise_start) == (1000, 0.0, 0.0, 0.6)
+    with pytest.raises(ConfigError, match="sft.until_acc must be in"):
+        load_config(None, ["sft.until_acc=1.5"])

@@ -139,3 +139,66 @@ def test_warm_start_cache_reuses_the_same_weights(tmp_path):
         assert torch.equal(p1, p2)
     _, d3, _ = cached_warm_start({"k": 2}, build, train, cache_dir=tmp_path)
     assert d3 != d1 and len(calls) == 2
+
+
+def _sft_weights(grad_clip: float, steps: int = 6):
+    from rollout.sft import sft_train
+
+    tok = build_char_tokenizer()
+    model = build_policy("tiny", VOCAB_SIZE, seed=0)
+
+    def batch_fn(step, rng):
+        a = [rng.randrange(10, 99) for _ in range(8)]
+        return [f"{x}+1=" for x in a], [str(x + 1)[::-1] for x in a]
+
+    losses = sft_train(model, tok, batch_fn, steps=steps, lr=3e-3, seed=0, grad_clip=grad_clip,
+                       special={"bos": BOS_ID, "eos": EOS_ID, "pad": PAD_ID})
+    return torch.cat([p.detach().flatten() for p in model.parameters()]), losses
+
+
+def test_sft_grad_clip_off_and_non_binding_clip_are_bit_identical_and_a_binding_clip_changes_the_weights():
+    w0, l0 = _sft_weights(0.0)
+    w_big, l_big = _sft_weights(1e9)  # clip_grad_norm_ multiplies by exactly 1.0 when it does not bind
+    assert torch.equal(w0, w_big) and l0 == l_big
+    w_small, l_small = _sft_weights(1e-3)
+    assert l_small[0] == l0[0]  # same first loss (clipping acts after it)
+    assert not torch.equal(w0, w_small)
+
+
+def _until_run(reached_at_check, max_steps, check_every=3, then_steps=2):
+    from rollout.sft import Until, sft_train
+
+    tok = build_char_tokenizer()
+    model = build_policy("tiny", VOCAB_SIZE, seed=0)
+    calls = {"clean": [], "noisy": [], "checks": 0}
+
+    def batch(kind):
+        def fn(step, rng):
+            calls[kind].append(step)
+            return ["1+1="] * 4, ["2"] * 4
+        return fn
+
+    def reached(policy):
+        calls["checks"] += 1
+        assert not policy.training  # checked in eval mode, without gradients
+        assert not torch.is_grad_enabled()
+        return calls["checks"] == reached_at_check, {"acc_d1": 0.5}
+
+    u = Until(reached, check_every, max_steps, then_steps, batch("noisy"), warmup=2)
+    losses = sft_train(model, tok, batch("clean"), steps=999, lr=1e-3, seed=0, until=u,
+                       special={"bos": BOS_ID, "eos": EOS_ID, "pad": PAD_ID})
+    return u, calls, losses
+
+
+def test_competence_based_warm_start_stops_at_the_first_check_that_passes():
+    u, calls, losses = _until_run(reached_at_check=2, max_steps=100)
+    assert (u.done, u.clean_steps) == (True, 6)  # checks after steps 3 and 6; the second passes
+    assert calls["clean"] == [0, 1, 2, 3, 4, 5] and calls["noisy"] == [6, 7]  # then 2 noisy steps
+    assert len(losses) == 8 and [h["step"] for h in u.history] == [3, 6]
+
+
+def test_competence_based_warm_start_gives_up_at_the_cap_and_says_so():
+    u, calls, losses = _until_run(reached_at_check=-1, max_steps=7)  # never passes
+    assert (u.done, u.clean_steps) == (False, 7)  # checks after 3, 6 and at the cap 7
+    assert [h["step"] for h in u.history] == [3, 6, 7]
+    assert len(calls["clean"]) == 7 and calls["noisy"] == [7, 8] and len(losses) == 9
