@@ -119,7 +119,14 @@ def main(argv=None) -> int:
     ap.add_argument("--samples", type=int, default=16)
     ap.add_argument("--cache", help="warm-start cache (default: the usual one)")
     ap.add_argument("--out", help="write flips.md and flips.csv.gz here")
+    ap.add_argument("--force", action="store_true", help="write into results/ from a dirty tree (the file says so)")
     args = ap.parse_args(argv)
+    import time
+
+    from analysis.provenance import check_clean, library_versions
+
+    state = check_clean(args.out, force=args.force) if args.out else {}
+    t0 = time.time()
     torch.set_num_threads(1)
     root = Path(args.runs)
     dirs = [root] if (root / "config.yaml").is_file() else sorted(
@@ -129,6 +136,14 @@ def main(argv=None) -> int:
         return 2
     rows = [r for d in dirs for r in probe_run(d, args.samples, args.cache)]
     text = summarise(rows)
+    if args.out:
+        v = library_versions()
+        text += (f"\nMade by `python -m experiments.greedy_probe {' '.join(argv if argv is not None else sys.argv[1:])}` "
+                 f"at commit `{state.get('commit')}` ({'DIRTY tree' if state.get('dirty') else 'clean tree'}) in "
+                 f"{time.time() - t0:.0f} s; " + ", ".join(f"{k} {x}" for k, x in v.items()) + ". Per problem and "
+                 "seed: flips.csv.gz. Margin = p(reference token) - max p(other token), minimum over the answer's "
+                 "tokens; p(ref) = probability of the whole reference answer (with <eos>); sampled acc from "
+                 f"{args.samples} samples at temperature 1.\n")
     print(text)
     if args.out:
         import pandas as pd
