@@ -262,20 +262,20 @@ def warm_start(cfg: TrainConfig, task, codec: Codec | None = None, cache_dir=Non
         def texts(probs):
             return probs if codec.bos_id is None else [p.prompt for p in probs]
 
-        def batch_fn(step, rng):
+        def batch(step, rng, noisy):
             probs = task.prompts(sft_seed, step * cfg.sft.batch_size, cfg.sft.batch_size)
             targets = [task.sft_target(p, rng) for p in probs]
-            if cfg.sft.noise and step >= cfg.sft.noise_start * cfg.sft.steps:
+            if noisy and cfg.sft.noise:
                 targets = [corrupt_digit(t, rng) if rng.random() < cfg.sft.noise else t for t in targets]
             return texts(probs), targets
+
+        def batch_fn(step, rng):  # the fixed schedule turns noisy at noise_start; with until_acc, never
+            return batch(step, rng, until is None and step >= cfg.sft.noise_start * cfg.sft.steps)
 
         until = None
         if cfg.sft.until_acc and cfg.sft.steps:
             def noisy_batch_fn(step, rng):
-                probs = task.prompts(sft_seed, step * cfg.sft.batch_size, cfg.sft.batch_size)
-                targets = [task.sft_target(p, rng) for p in probs]
-                return texts(probs), [corrupt_digit(t, rng) if cfg.sft.noise and rng.random() < cfg.sft.noise
-                                      else t for t in targets]
+                return batch(step, rng, True)
 
             until = Until(_competence_check(cfg, task, codec), cfg.sft.check_every, cfg.sft.steps,
                           cfg.sft.noise_steps, noisy_batch_fn)
