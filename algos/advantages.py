@@ -330,6 +330,16 @@ def group_stats(rewards: torch.Tensor, group_size, pass_threshold: float = 0.5) 
     )
 
 
+def zero_variance_groups(rewards: torch.Tensor, group_size) -> torch.Tensor:
+    """``group_stats(rewards, group_size).zero_var`` without the other statistics: (n_groups,) bool, True where
+    every reward of the group is identical (exact comparison)."""
+    check_float(rewards, "rewards", ndim=1)
+    G, sizes = layout(group_size, rewards.shape[0], minimum=1)
+    if sizes is not None:
+        return Segments(sizes, rewards).zero_var(rewards)
+    return _zero_variance(_grouped(rewards, G, minimum=1)).squeeze(1)
+
+
 def broadcast_to_tokens(seq_values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """(B,) per-sequence values -> (B, T), the value on every valid token, 0 elsewhere."""
     mask = as_mask(mask)
@@ -362,6 +372,7 @@ class AdvantageEstimator:
     needs_values: bool
     reads: Tuple[str, ...]
     all_equal_zero: bool
+    reads_token_rewards: bool = True  # False: compute_advantages may pass token_rewards=None (it is not read)
 
 
 def _gae_estimator(*, seq_rewards, token_rewards, mask, values, group_size, cfg):
@@ -397,9 +408,10 @@ _GAE_READS = ("adv.gamma", "adv.lam", "adv.whiten", "value.coef", "value.clipran
 ADVANTAGE_ESTIMATORS.register("gae", AdvantageEstimator(
     _gae_estimator, min_group_size=1, needs_values=True, reads=_GAE_READS, all_equal_zero=False))
 ADVANTAGE_ESTIMATORS.register("group", AdvantageEstimator(
-    _group_estimator, min_group_size=2, needs_values=False, reads=("adv.scale", "adv.eps"), all_equal_zero=True))
+    _group_estimator, min_group_size=2, needs_values=False, reads=("adv.scale", "adv.eps"), all_equal_zero=True,
+    reads_token_rewards=False))
 ADVANTAGE_ESTIMATORS.register("rloo", AdvantageEstimator(
-    _rloo_estimator, min_group_size=2, needs_values=False, reads=(), all_equal_zero=True))
+    _rloo_estimator, min_group_size=2, needs_values=False, reads=(), all_equal_zero=True, reads_token_rewards=False))
 # both parts' settings plus alpha; a critic, so value.* too; GAE's part is not 0 on all-equal groups
 ADVANTAGE_ESTIMATORS.register("hybrid", AdvantageEstimator(
     _hybrid_estimator, min_group_size=2, needs_values=True, reads=("adv.alpha", "adv.scale", "adv.eps") + _GAE_READS,

@@ -31,7 +31,7 @@ import torch
 from algos._checks import check_float
 from algos.registry import KL_ESTIMATORS
 
-__all__ = ["estimate", "exact_kl", "KL_ESTIMATORS", "KL_DIRECTIONS", "VALUE_FORMS"]
+__all__ = ["estimate", "exact_kl", "exact_kl_both", "KL_ESTIMATORS", "KL_DIRECTIONS", "VALUE_FORMS"]
 
 _X_CLAMP = 20.0
 KL_DIRECTIONS = ("reverse", "forward")
@@ -145,6 +145,21 @@ def exact_kl(logits: torch.Tensor, ref_logits: torch.Tensor, direction: str = "r
     ref = torch.log_softmax(ref_logits, dim=-1)
     if direction == "forward":
         logp, ref = ref, logp  # KL(ref || pi): weight by ref
+    return _kl_from_log_probs(logp, ref)
+
+
+def _kl_from_log_probs(logp: torch.Tensor, ref: torch.Tensor) -> torch.Tensor:
+    # sum_v p(v) (log p(v) - log ref(v)) with p = exp(logp); zero-probability terms contribute 0
     p = logp.exp()
     diff = torch.where(p > 0, logp - ref, torch.zeros_like(logp))
     return (p * diff).sum(-1)
+
+
+def exact_kl_both(logits: torch.Tensor, ref_logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(``exact_kl(logits, ref_logits)``, ``exact_kl(logits, ref_logits, "forward")``): the same numbers, with
+    each log_softmax computed once."""
+    check_float(logits, "logits")
+    check_float(ref_logits, "ref_logits", shape=logits.shape)
+    logp = torch.log_softmax(logits, dim=-1)
+    ref = torch.log_softmax(ref_logits, dim=-1)
+    return _kl_from_log_probs(logp, ref), _kl_from_log_probs(ref, logp)

@@ -32,7 +32,7 @@ from typing import Dict, Optional, Sequence, Tuple
 import torch
 
 from algos._checks import as_mask, check_float, masked_mean
-from algos.advantages import group_stats, value_loss
+from algos.advantages import value_loss, zero_variance_groups
 from algos.groups import layout
 from algos.aggregate import aggregate
 from algos.config import ObjectiveConfig
@@ -150,8 +150,12 @@ def compute_advantages(
         "pass_rate": (R >= 0.5).to(R.dtype).mean(),
     }
 
-    # 1. KL in the reward (per token; zero when off)
-    kl_tok = torch.zeros(mask.shape, dtype=R.dtype, device=R.device)  # (B, T)
+    # 1. KL in the reward (per token), then
+    # token_rewards: R_i on the last valid token, -beta k_t on every valid token; seq reward = their sum
+    def outcome_on_last_token():
+        is_last = mask & (mask.flip(-1).cumsum(-1).flip(-1) == 1)  # (B, T): exactly one True per non-empty row
+        return torch.where(is_last, R[:, None], torch.zeros(mask.shape, dtype=R.dtype, device=R.device))
+
     if cfg.kl.placement == "reward" and cfg.kl.beta > 0:
         if old_logp is None or ref_logp is None:
             raise ValueError("old_logp and ref_logp (B, T) are required for kl.placement='reward'")
@@ -160,19 +164,22 @@ def compute_advantages(
         old = old_logp.detach().masked_fill(~mask, 0.0)
         ref = ref_logp.detach().masked_fill(~mask, 0.0)
         kl_tok = estimate(old, ref, cfg.kl.estimator, clamp=cfg.kl.clamp).to(R.dtype).masked_fill(~mask, 0.0)
-    metrics["kl_in_reward_mean"] = masked_mean(kl_tok, mask)
-
-    # token_rewards: R_i on the last valid token, -beta k_t on every valid token; seq reward = their sum
-    is_last = mask & (mask.flip(-1).cumsum(-1).flip(-1) == 1)  # (B, T): exactly one True per non-empty row
-    token_penalty = -cfg.kl.beta * kl_tok
-    token_rewards = torch.where(is_last, R[:, None], torch.zeros_like(token_penalty)) + token_penalty
-    seq_rewards = R + token_penalty.sum(-1)  # R_i - beta sum_t k_t  (B,)
+        metrics["kl_in_reward_mean"] = masked_mean(kl_tok, mask)
+        token_penalty = -cfg.kl.beta * kl_tok
+        token_rewards = outcome_on_last_token() + token_penalty if est.reads_token_rewards else None
+        seq_rewards = R + token_penalty.sum(-1)  # R_i - beta sum_t k_t  (B,)
+    else:
+        # k_t = 0: the same numbers as above without the zero tensors (x + (-0.0) = x, and the sum of the
+        # zero penalties is +0.0, so R + 0.0); token_rewards only for an estimator that reads them (GAE)
+        metrics["kl_in_reward_mean"] = R.new_zeros(())
+        token_rewards = outcome_on_last_token() if est.reads_token_rewards else None
+        seq_rewards = R + 0.0
 
     # 3. which rewards the all-equal test sees (config validation allows "outcome" only with placement reward
     # and an estimator that has the test)
     outcome_test = cfg.kl.reward_zero_var_check == "outcome" and cfg.kl.placement == "reward"
     if sizes is not None or G >= 2:
-        zero_var = group_stats(R if outcome_test else seq_rewards, groups).zero_var  # (n_groups,)
+        zero_var = zero_variance_groups(R if outcome_test else seq_rewards, groups)  # (n_groups,)
         metrics["zero_var_frac"] = zero_var.to(R.dtype).mean()
     else:
         metrics["zero_var_frac"] = R.new_zeros(())

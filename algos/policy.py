@@ -40,7 +40,7 @@ from typing import Callable, Optional, Tuple
 
 import torch
 
-from algos._checks import as_mask, check_float, masked_max, masked_mean, masked_min
+from algos._checks import as_mask, check_float
 from algos.aggregate import aggregate
 from algos.registry import AGGREGATION_MODES, RATIO_LEVELS, SURROGATES
 from algos.surrogates import OPTION_DEFAULTS
@@ -198,21 +198,36 @@ def policy_loss(
     loss = aggregate(loss_mat, mask, agg, max_len)
 
     with torch.no_grad():
-        unit = "seq_mean_token_mean" if level.per_sequence else "token_mean"
         dtype = lp.dtype
         rd = r.detach()
-        none = torch.zeros_like(mask)
         x = old - lp.detach()  # log pi_old / pi_theta per token
         x = x.clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
-        metrics = {
-            "clipfrac_low": aggregate(events.get("clip_low", none).to(dtype), mask, unit),
-            "clipfrac_high": aggregate(events.get("clip_high", none).to(dtype), mask, unit),
-            "ratio_mean": aggregate(rd, mask, unit),
-            "ratio_max": masked_max(rd, mask),
-            "ratio_min": masked_min(rd, mask),
-            "dual_clip_frac": masked_mean(events.get("dual_clip", none).to(dtype), mask),
-            "approx_kl": masked_mean(torch.expm1(x) - x, mask),
-        }
+        # the metrics below are aggregate(., "token_mean") / masked_mean / masked_max / masked_min, with the
+        # mask's complement, token count and any() computed once (the same operations, so the same numbers)
+        inv = ~mask
+        n_tok = mask.sum().to(dtype).clamp(min=1.0)
+
+        def token_mean(v):  # = masked_mean(v, mask) = aggregate(v, mask, "token_mean")
+            return v.masked_fill(inv, 0.0).sum() / n_tok
+
+        def unit_mean(v):  # per token, or per sequence for a sequence-level ratio
+            return aggregate(v, mask, "seq_mean_token_mean") if level.per_sequence else token_mean(v)
+
+        big = torch.finfo(dtype).max
+        any_valid = mask.any()
+        r_max, r_min = rd.masked_fill(inv, -big).amax(), rd.masked_fill(inv, big).amin()
+        metrics = {}
+        for key, name, mean in (("clipfrac_low", "clip_low", unit_mean), ("clipfrac_high", "clip_high", unit_mean),
+                                ("dual_clip_frac", "dual_clip", token_mean)):
+            e = events.get(name)
+            # an event the surrogate does not report is 0 everywhere: its mean is 0
+            metrics[key] = mean(e.to(dtype)) if e is not None else torch.zeros((), dtype=dtype, device=mask.device)
+        metrics["ratio_mean"] = unit_mean(rd)
+        metrics["ratio_max"] = torch.where(any_valid, r_max, torch.zeros_like(r_max))
+        metrics["ratio_min"] = torch.where(any_valid, r_min, torch.zeros_like(r_min))
+        metrics["approx_kl"] = token_mean(torch.expm1(x) - x)
+        metrics = {k: metrics[k] for k in ("clipfrac_low", "clipfrac_high", "ratio_mean", "ratio_max", "ratio_min",
+                                           "dual_clip_frac", "approx_kl")}
     return loss, metrics
 
 

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import torch
 
-from rollout.sft import _encode_batch, encode_prompts, encode_targets
+from rollout.sft import _encode_batch, encode_prompts, encode_targets, pad_left
 
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 _WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin",
@@ -75,13 +75,7 @@ class Codec:
         for i, s in enumerate(seqs):
             if not s:
                 raise ValueError(f"prompt {i} encodes to no tokens: {texts[i]!r}")
-        P = max(len(s) for s in seqs)
-        ids = torch.full((len(seqs), P), self.pad_id, dtype=torch.long)
-        mask = torch.zeros(len(seqs), P, dtype=torch.bool)
-        for i, s in enumerate(seqs):
-            ids[i, P - len(s):] = torch.tensor(s)
-            mask[i, P - len(s):] = True
-        return ids, mask
+        return pad_left(seqs, self.pad_id)
 
     def _encode(self, texts: list[str], templated: list[bool]) -> list[list[int]]:
         out: list[list[int] | None] = [None] * len(texts)

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 import algos
-from algos.advantages import gae, group_relative, group_stats, rloo, value_loss, whiten
+from algos.advantages import gae, group_relative, group_stats, rloo, value_loss, whiten, zero_variance_groups
 
 F64 = torch.float64
 
@@ -142,6 +142,18 @@ def test_group_stats_by_hand():
     # singleton groups are allowed here: std 0, zero-variance
     s1 = group_stats(t([1.0, 0.0]), 1)
     assert torch.equal(s1.std, t([0.0, 0.0])) and s1.zero_var.tolist() == [True, True]
+
+
+def test_zero_variance_groups_by_hand():
+    # equal groups of 4: [1, 0, 0, 1] mixed, [1, 1, 1, 1] all equal; unequal sizes [1], [0, 0], [1, 0, 1]
+    r = t([1.0, 0.0, 0.0, 1.0, 1.0, 1.0, 1.0, 1.0])
+    assert zero_variance_groups(r, 4).tolist() == [False, True]
+    assert zero_variance_groups(r, 4).tolist() == group_stats(r, 4).zero_var.tolist()
+    u = t([1.0, 0.0, 0.0, 1.0, 0.0, 1.0])
+    assert zero_variance_groups(u, [1, 2, 3]).tolist() == [True, True, False]
+    assert zero_variance_groups(u, [1, 2, 3]).tolist() == group_stats(u, [1, 2, 3]).zero_var.tolist()
+    with pytest.raises(ValueError):
+        zero_variance_groups(r, 3)  # 3 does not divide 8
 
 
 # --------------------------------------------------------------------------------------------------- GAE

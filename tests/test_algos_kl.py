@@ -13,7 +13,7 @@ import pytest
 import torch
 
 import algos
-from algos.kl import estimate, exact_kl
+from algos.kl import estimate, exact_kl, exact_kl_both
 
 F64 = torch.float64
 
@@ -248,3 +248,15 @@ def test_exact_kl_matches_loop_and_keeps_dtype():
     assert exact_kl(a.float(), b.float()).dtype == torch.float32
     assert estimate(a.float(), b.float(), "k3").dtype == torch.float32
     assert algos.kl.KL_ESTIMATORS.names() == ("k1", "k2", "k3", "k3_k2grad", "k3_ratio")
+
+
+def test_exact_kl_both_is_exact_kl_in_both_directions_bit_for_bit():
+    # the training loop logs both directions from one pair of log_softmax calls; the numbers must be exact_kl's
+    g = torch.Generator().manual_seed(3)
+    logits, ref_logits = torch.randn(4, 5, 7, generator=g) * 3, torch.randn(4, 5, 7, generator=g) * 3
+    logits[0, 0, 2] = float("-inf")  # a zero-probability entry under pi only
+    rev, fwd = exact_kl_both(logits, ref_logits)
+    assert torch.equal(rev, exact_kl(logits, ref_logits))
+    assert torch.equal(fwd, exact_kl(logits, ref_logits, direction="forward"))
+    with pytest.raises(ValueError, match="ref_logits"):
+        exact_kl_both(logits, ref_logits[:, :, :3])

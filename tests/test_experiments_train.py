@@ -264,3 +264,17 @@ def test_evaluation_uses_the_current_weights(tmp_path):
     fresh.load_state_dict(s.policy.state_dict())
     s2 = make_setup(cfg, s.task, s.codec, fresh)
     assert evaluate(s, 3) == evaluate(s2, 3)
+
+
+def test_f32_mean_of_ints_is_torch_mean_of_the_same_values():
+    # rollout_metrics averages counts and lengths in Python; the logged numbers must stay torch's float32 means
+    import torch
+
+    from experiments.train import f32_mean_of_ints
+
+    for n in [1, 2, 3, 7, 8, 9, 15, 16, 17, 31, 64, 100, 255, 256, 257, 511, 1000, 1024, 4096]:
+        for k in sorted({0, 1, n // 3, n // 2, n - 1, n}):
+            v = torch.zeros(n)
+            v[:k] = 1.0
+            assert f32_mean_of_ints(k, n) == float(v.mean()), (k, n)
+            assert f32_mean_of_ints(7 * k, n) == float((7 * v).mean()), (7 * k, n)
