@@ -27,6 +27,10 @@ training step). Step 0 is the start policy: it is left out of every window whene
 - ``std``: standard deviation (ddof 1) over the points (e.g. the stability of the gradient norm).
 - ``{from: WINDOW, to: WINDOW}``: the change, value(to) - value(from) (e.g. the gain from the first 20 steps to
   the last 50).
+- ``{reach: X}``: steps to a level, the first step (start policy included) whose value is >= X. A run that never
+  gets there is censored: it counts as reaching X one point period after its last point (last step + the gap
+  between its last two points), so a difference between arms is then a bound, not an estimate (the report says
+  how many runs were censored).
 
 The Holm family is every (endpoint, comparison) pair; a report gives verdicts for those and nothing else.
 """
@@ -70,6 +74,7 @@ class Window:
     hi: int | None = None
     start: "Window | None" = None
     end: "Window | None" = None
+    level: float | None = None
 
     def label(self) -> str:
         """Short words for tables: ``final``, ``last 50``, ``steps 1-20``, ``auc``, ``std``, ``last 50 - steps 1-20``."""
@@ -79,17 +84,24 @@ class Window:
             return f"steps {self.lo}-{self.hi}"
         if self.kind == "change":
             return f"{self.end.label()} - {self.start.label()}"
+        if self.kind == "reach":
+            return f"steps to {self.level:g}"
         return self.kind
 
     def describe(self) -> str:
         """A sentence fragment for the report."""
+        if self.kind == "reach":
+            return (f"the first step at which each run's value is >= {self.level:g} (never: censored one point period "
+                    f"after its last point)")
+        if self.kind == "change":
+            return f"the change per run from ({self.start.describe()}) to ({self.end.describe()})"
         return {
             "final": "the last point of each run",
             "last": f"the mean of the last {self.k} points of each run",
             "steps": f"the mean over steps {self.lo}-{self.hi} of each run",
             "auc": "the area under each run's curve over steps divided by the step span (its mean height)",
             "std": "the standard deviation over each run's points",
-        }.get(self.kind) or f"the change per run from ({self.start.describe()}) to ({self.end.describe()})"
+        }[self.kind]
 
     def to_spec(self) -> Any:
         """The YAML/JSON form :func:`parse_window` reads back."""
@@ -99,6 +111,8 @@ class Window:
             return {"steps": [self.lo, self.hi]}
         if self.kind == "change":
             return {"from": self.start.to_spec(), "to": self.end.to_spec()}
+        if self.kind == "reach":
+            return {"reach": self.level}
         return self.kind
 
 
@@ -108,7 +122,7 @@ FINAL = Window("final")
 def parse_window(spec: Any) -> Window:
     """A window from its spec form (module docstring); ``None`` means ``final``. Raises ValueError naming the
     valid forms."""
-    forms = "final, auc, std, {last: K} (or 'last:K'), {steps: [lo, hi]}, {from: WINDOW, to: WINDOW}"
+    forms = "final, auc, std, {last: K} (or 'last:K'), {steps: [lo, hi]}, {from: WINDOW, to: WINDOW}, {reach: X}"
     if spec is None:
         return FINAL
     if isinstance(spec, Window):
@@ -137,6 +151,11 @@ def parse_window(spec: Any) -> Window:
                                                                            for v in r) or r[0] > r[1] or r[0] < 0):
                 raise ValueError(f"window steps: needs [lo, hi] with 0 <= lo <= hi integers, got {r!r}")
             return Window("steps", lo=int(r[0]), hi=int(r[1]))
+        if keys == {"reach"}:
+            x = spec["reach"]
+            if isinstance(x, bool) or not isinstance(x, (int, float)) or x != x or abs(x) == float("inf"):
+                raise ValueError(f"window reach: X needs a finite number, got {x!r}")
+            return Window("reach", level=float(x))
         if keys == {"from", "to"}:
             a, b = parse_window(spec["from"]), parse_window(spec["to"])
             if "change" in (a.kind, b.kind):
@@ -295,6 +314,12 @@ def _window_value(steps: np.ndarray, values: np.ndarray, w: Window) -> float:
             return float(values[0])
         area = float(np.sum((values[1:] + values[:-1]) / 2 * np.diff(steps)))  # trapezoid rule
         return area / float(steps[-1] - steps[0])
+    if w.kind == "reach":
+        hit = np.nonzero(values >= w.level)[0]
+        if hit.size:
+            return float(steps[hit[0]])
+        gap = float(steps[-1] - steps[-2]) if steps.size > 1 else 1.0
+        return float(steps[-1]) + gap  # censored: see the module docstring
     if w.kind == "steps":
         sel = (steps >= w.lo) & (steps <= w.hi)
         return float(values[sel].mean()) if sel.any() else float("nan")

@@ -262,6 +262,14 @@ def comparison_items(runs: Runs, plan: prereg.Plan) -> tuple[list[tuple], list[t
         if values[e].empty:
             notes.append(f"endpoint `{e.metric}` has no value in any run (not logged, or its window "
                          f"{e.window.label()} is empty)")
+        elif e.window.kind == "reach":  # censored runs: the value lies past the run's last point
+            last = frame[frame["metric"] == e.metric].groupby("run")["step"].max()
+            v = values[e].set_index("run")
+            cens = v[v["value"] > last.reindex(v.index)]
+            per_arm = ", ".join(f"{a} {int((cens['arm'] == a).sum())}" for a in runs.present_arms)
+            notes.append(f"endpoint `{e.metric}` ({e.window.label()}): {len(cens)} of {len(v)} runs never reached "
+                         f"{e.window.level:g} and count as reaching it one evaluation period after their last point "
+                         f"(censored; per arm: {per_arm}), so differences involving them are bounds")
     declared = []
     for e in plan.endpoints:
         for a, b in plan.comparisons:

@@ -53,6 +53,11 @@ def test_windows_by_hand():
     assert values("std")["a__s0"] == pytest.approx((5 / 3) ** 0.5) and values("std")["b__s0"] == 0.0
     # change from steps 10-20 to the final point: 4 - 1.5, 10 - 2
     assert values({"from": {"steps": [10, 20]}, "to": "final"}) == {"a__s0": 2.5, "a__s1": 8.0, "b__s0": 0.0}
+    # steps to a level (start included): a__s0 reaches 2 at step 20, a__s1 at step 10, b__s0 never -> censored at
+    # 40 + 10 = 50 (one point period after its last point); level 0: every run at step 0
+    assert values({"reach": 2}) == {"a__s0": 20.0, "a__s1": 10.0, "b__s0": 50.0}
+    assert values({"reach": 0}) == {"a__s0": 0.0, "a__s1": 0.0, "b__s0": 0.0}
+    assert values({"reach": 1}) == {"a__s0": 10.0, "a__s1": 10.0, "b__s0": 0.0}
     assert per_run_values(curve_frame(), "missing").empty
     assert per_run_values(curve_frame(), "m", {"steps": [100, 200]}).empty  # empty windows drop the run
 
@@ -62,8 +67,11 @@ def test_window_forms_and_errors():
     w = parse_window({"from": {"steps": [1, 20]}, "to": {"last": 50}})
     assert w.label() == "last 50 - steps 1-20" and parse_window(w.to_spec()) == w
     assert "last 50 points" in w.describe()
+    r = parse_window({"reach": 0.8})
+    assert r.label() == "steps to 0.8" and parse_window(r.to_spec()) == r and "censored" in r.describe()
     for bad in ("mean", {"last": 0}, {"last": "x"}, {"steps": [5, 1]}, {"steps": [1]}, {"first": 3},
-                {"from": "final", "to": {"from": "final", "to": "auc"}}):
+                {"from": "final", "to": {"from": "final", "to": "auc"}}, {"reach": "x"}, {"reach": float("nan")},
+                {"reach": True}):
         with pytest.raises(ValueError, match="window"):
             parse_window(bad)
 
