@@ -193,7 +193,7 @@ class RolloutConfig:
     none: always the plain prompt text"""
     temperature_schedule: Schedule = field(default_factory=Schedule)
     """training-sampling temperature over the run (algos.schedules: kind constant | linear | cosine | step, from
-    rollout.temperature); held-out sampling keeps rollout.temperature; logged as sched/rollout.temperature"""
+    rollout.temperature); held-out sampling keeps rollout.temperature or train.eval_temperature; logged as sched/rollout.temperature"""
     temperature_control: TemperatureControl = field(default_factory=TemperatureControl)
     """entropy-driven temperature: after each step T <- clamp(T + gain (target - H), low, high), H = policy/entropy"""
 
@@ -266,6 +266,9 @@ class LoopConfig:
     """samples per held-out prompt for pass@k (k = 1 and eval_samples)"""
     eval_size: int = 0
     """0 = the task's whole held-out set; else its first eval_size problems"""
+    eval_temperature: Optional[float] = None
+    """held-out sampling temperature; unset = rollout.temperature (set it when the training temperature is swept
+    or scheduled, so every arm is evaluated alike)"""
     checkpoint_every: int = 50
     """checkpoint period in steps (0 = only at the end)"""
     log_samples: int = 2
@@ -278,6 +281,8 @@ class LoopConfig:
         _positive("train.eval_every", self.eval_every)
         _positive("train.eval_samples", self.eval_samples)
         _positive("train.eval_size", self.eval_size, allow_zero=True)
+        if self.eval_temperature is not None:
+            _positive("train.eval_temperature", self.eval_temperature)
         _positive("train.checkpoint_every", self.checkpoint_every, allow_zero=True)
         _positive("train.log_samples", self.log_samples, allow_zero=True)
         _positive("train.threads", self.threads, allow_zero=True)

@@ -65,7 +65,7 @@ METRICS = {
     "adv/groups_g{g}_k{k}": "adaptive group sizes: number of groups of size g with k correct responses",
     "sched/{field}": "value in effect this step of a setting that follows a schedule: objective fields as "
                      "section.field (objective.schedules), rollout.temperature (temperature_schedule or "
-                     "temperature_control; training sampling only, held-out sampling keeps rollout.temperature)",
+                     "temperature_control; training sampling only, held-out sampling keeps rollout.temperature or train.eval_temperature)",
     "groups/prompts": "adaptive group sizes: prompts sampled this step (all rounds)",
     "groups/size_mean": "adaptive group sizes: mean group size this step (completions / prompts, all rounds)",
     "groups/size_d{d}": "adaptive group sizes: mean group size of the prompts of difficulty d this step",

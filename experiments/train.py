@@ -380,7 +380,8 @@ def make_setup(cfg: TrainConfig, task, codec, policy, sft_info: dict | None = No
     max_new = max_new_tokens(cfg, task)
     engine = make_engine(cfg.rollout.engine, policy, **cfg.rollout.engine_settings())
     sampling = SamplingParams(max_new, cfg.rollout.temperature, cfg.rollout.top_p, codec.eos_id, codec.pad_id)
-    eval_sampling = SamplingParams(max_new, cfg.rollout.temperature, cfg.rollout.top_p, codec.eos_id, codec.pad_id)
+    eval_T = cfg.rollout.temperature if cfg.train.eval_temperature is None else cfg.train.eval_temperature
+    eval_sampling = SamplingParams(max_new, eval_T, cfg.rollout.top_p, codec.eos_id, codec.pad_id)
     # special tokens other than <eos> inside a response make it invalid (decoding would silently drop them)
     bad_ids = torch.tensor(sorted(set(codec.tokenizer.all_special_ids) - {codec.eos_id}), dtype=torch.long,
                            device=device)

@@ -42,6 +42,22 @@ def test_schedules_of_objective_fields_and_temperature(tmp_path):
     assert [r["sched/rollout.temperature"] for r in rows] == pytest.approx([1.2, 0.95, 0.7])
 
 
+def test_eval_temperature_stays_fixed_while_training_temperature_moves(tmp_path):
+    """train.eval_temperature: held-out sampling at 1.0 while training samples 1.2 -> 0.7, so a temperature arm is
+    evaluated like its baseline; unset, held-out sampling uses rollout.temperature; <= 0 is refused at load."""
+    from experiments.config import ConfigError, load_config
+    from experiments.train import build_setup
+
+    over = [*FAST, f"out_dir={tmp_path}", "rollout.temperature=1.2", "rollout.temperature_schedule.kind=linear",
+            "rollout.temperature_schedule.end=0.7"]
+    s = build_setup(load_config(None, [*over, "train.eval_temperature=1.0"]), tmp_path / "cache")
+    assert (s.sampling.temperature, s.eval_sampling.temperature) == (1.2, 1.0)
+    s = build_setup(load_config(None, over), tmp_path / "cache")
+    assert (s.sampling.temperature, s.eval_sampling.temperature) == (1.2, 1.2)
+    with pytest.raises(ConfigError, match="train.eval_temperature"):
+        load_config(None, [*over, "train.eval_temperature=0"])
+
+
 def test_entropy_driven_temperature(tmp_path):
     rows = _run(tmp_path, "ent", "rollout.temperature=1.2", "rollout.temperature_control.target=1.5",
                 "rollout.temperature_control.gain=0.2")
