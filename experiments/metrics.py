@@ -86,6 +86,10 @@ METRICS = {
     "kl/k2": "k2 estimate",
     "kl/k3": "k3 estimate",
     "optim/grad_norm": "global policy grad norm before clipping (mean over optimizer steps)",
+    "optim/grad_norm_clipped": "global policy grad norm after clipping at optim.grad_clip, the norm the update "
+                               "used (mean over optimizer steps; not logged when optim.grad_clip = 0)",
+    "optim/clip_active": "share of optimizer steps whose grad norm exceeded optim.grad_clip and was scaled down "
+                         "(not logged when optim.grad_clip = 0)",
     "optim/steps": "optimizer steps this RL step (n_minibatches x n_epochs)",
     "optim/tokens": "response tokens that went through the policy update this RL step (x n_epochs)",
     "time/step": "seconds of this step; time/rollout and time/update split it",

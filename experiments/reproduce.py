@@ -30,6 +30,9 @@ import time
 from pathlib import Path
 
 IGNORED_CONFIG_KEYS = {"out_dir"}  # where the run is written, not what it computes
+# fields added to the config after some data was committed, with the value that keeps the old behaviour: absent in
+# the committed config and at this value now is no difference (any other value is)
+ADDED_FIELDS = {"train.eval_temperature": None}
 
 
 def committed_config(meta: dict, run: str) -> dict:
@@ -56,21 +59,27 @@ def flat_config(cfg) -> dict:
 
 def config_differences(committed: dict, now: dict) -> list[str]:
     keys = sorted((set(committed) | set(now)) - IGNORED_CONFIG_KEYS)
-    return [f"{k}: committed {committed.get(k, '<absent>')!r}, now {now.get(k, '<absent>')!r}"
+    shown = {k: f"<absent: {v!r}>" for k, v in ADDED_FIELDS.items() if k not in committed}
+    committed = {**{k: v for k, v in ADDED_FIELDS.items() if k in now}, **committed}
+    return [f"{k}: committed {shown.get(k) or repr(committed.get(k, '<absent>'))}, now {now.get(k, '<absent>')!r}"
             for k in keys if committed.get(k, "<absent>") != now.get(k, "<absent>")]
 
 
 def compare_values(old, new) -> dict:
-    """Compare two long tables (run, step, metric, value) of one run: {"n", "mismatches", "first_step", ...}."""
+    """Compare two long tables (run, step, metric, value) of one run: {"n", "mismatches", "first_step", ...}.
+    Metrics that the committed run never logged (added to the code since) are listed under "added", not compared."""
     a = {(int(s), m): float(v) for s, m, v in zip(old["step"], old["metric"], old["value"])}
     b = {(int(s), m): float(v) for s, m, v in zip(new["step"], new["metric"], new["value"])}
+    known = {m for _, m in a}  # metrics the committed run logged; one it never logged was added to the code since
+    added = sorted({m for _, m in b} - known)
+    b = {k: v for k, v in b.items() if k[1] in known}
     bad = []
     for k in sorted(set(a) | set(b)):
         x, y = a.get(k), b.get(k)
         same = x is not None and y is not None and (x == y or (math.isnan(x) and math.isnan(y)))
         if not same:
             bad.append((k, x, y))
-    out = {"n": len(set(a) | set(b)), "mismatches": len(bad)}
+    out = {"n": len(set(a) | set(b)), "mismatches": len(bad), **({"added": added} if added else {})}
     if bad:
         diffs = [abs(x - y) for _, x, y in bad if x is not None and y is not None]
         (step, metric), x, y = bad[0]
@@ -144,6 +153,9 @@ def describe(res: dict) -> str:
             lines.append(f"  {k}: {c['mismatches']} of {c['n']} values differ; first at step {c['first_step']} "
                          f"({c['first_metric']}: committed {c['first_committed']}, now {c['first_now']}), "
                          f"largest difference {c['max_abs_diff']}")
+        if c.get("added"):
+            lines.append(f"  {k}: logged now but not in the committed run (added since, not compared): "
+                         f"{', '.join(c['added'])}")
     lines.append("REPRODUCED" if res["ok"] else "NOT REPRODUCED")
     return "\n".join(lines)
 

@@ -891,7 +891,11 @@ def update(s: Setup, b: Batch, opt, critic_opt, step: int) -> dict:
             with timed(s, "optimizer"):
                 gn = torch.nn.utils.clip_grad_norm_(s.policy_params, s.cfg.optim.grad_clip or float("inf"))
                 opt.step()
-            sums["optim/grad_norm"].append(float(gn))
+            gn_f, clip = float(gn), s.cfg.optim.grad_clip
+            sums["optim/grad_norm"].append(gn_f)
+            if clip:  # clip_grad_norm_ scales every gradient by min(1, clip / (norm + 1e-6))
+                sums["optim/grad_norm_clipped"].append(gn_f * min(1.0, clip / (gn_f + 1e-6)))
+                sums["optim/clip_active"].append(float(gn_f > clip))
             for k, v in rename(lm).items():
                 sums[k].append(_to_float(v))
             if critic_opt is not None:

@@ -83,6 +83,20 @@ def test_every_ppo_key_is_documented(tmp_path):
     assert undocumented(keys) == []
 
 
+def test_grad_norm_is_logged_before_and_after_clipping(tmp_path):
+    # clip 0.05: tiny, so most steps are scaled down; one optimizer step per training step, so the logged means
+    # are single values: after = before * min(1, clip / (before + 1e-6)), active = before > clip
+    rows = _rows(train(_cfg(tmp_path, "name=g", "optim.grad_clip=0.05"), progress=False) / "metrics.jsonl")
+    for r in rows:
+        pre = r["optim/grad_norm"]
+        assert r["optim/steps"] == 1
+        assert r["optim/grad_norm_clipped"] == pytest.approx(pre * min(1.0, 0.05 / (pre + 1e-6)), rel=1e-12)
+        assert r["optim/clip_active"] == float(pre > 0.05)
+    assert any(r["optim/clip_active"] == 1.0 for r in rows)
+    rows = _rows(train(_cfg(tmp_path, "name=n", "optim.grad_clip=0"), progress=False) / "metrics.jsonl")
+    assert all("optim/grad_norm_clipped" not in r and "optim/clip_active" not in r for r in rows)
+
+
 def test_same_config_and_seed_give_the_same_metrics(tmp_path):
     a = train(_cfg(tmp_path, "name=a"), progress=False)
     b = train(_cfg(tmp_path, "name=b"), progress=False)

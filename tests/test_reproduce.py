@@ -30,6 +30,18 @@ def test_compare_values_equal_and_first_difference():
     assert (c["mismatches"], c["first_step"], c["first_metric"], c["max_abs_diff"]) == (2, 0, "y", 0.5)
     c = R.compare_values(a, a.iloc[:2])  # a value the regenerated run did not log
     assert c["mismatches"] == 1 and c["missing"] == ["x@1"]
+    c = R.compare_values(a, pd.concat([a, _long([(0, "new/metric", 5.0)])]))  # a metric added to the code since
+    assert c == {"n": 3, "mismatches": 0, "added": ["new/metric"]}
+
+
+def test_fields_added_since_the_data_was_committed():
+    """A field the committed config lacks is no difference at its neutral value (ADDED_FIELDS), any other value
+    is; a field neither side knows of is named as a difference."""
+    old = {"optim.lr": 0.0003}
+    assert R.config_differences(old, {"optim.lr": 0.0003, "train.eval_temperature": None}) == []
+    assert R.config_differences(old, {"optim.lr": 0.0003, "train.eval_temperature": 1.0}) == [
+        "train.eval_temperature: committed <absent: None>, now 1.0"]
+    assert R.config_differences(old, {"optim.lr": 0.0003, "x.y": None}) == ["x.y: committed '<absent>', now None"]
 
 
 def test_committed_config_matches_the_spec_at_this_commit(monkeypatch):
