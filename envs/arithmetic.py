@@ -14,9 +14,11 @@ Answer format (the canonical form; the verifier compares strings exactly):
   (normal mode) is a well-formed but incorrect answer. In reversed mode a leading "0" is legitimate exactly when
   the result ends in 0 (100 -> "001").
 - Subtraction may give negative results (a and b are drawn independently); the sign comes first.
-- With `filler_max > 0` the completion may start with 0..filler_max filler characters "." before the answer;
-  the verifier ignores them and the SFT target draws their count uniformly. This decouples length from
-  correctness for the length-bias study. More than filler_max filler characters is malformed.
+- With `filler_max > 0` the completion may hold 0..filler_max filler characters "." before the answer
+  (`filler_position="before"`, the default) or after it (`"after"`); the verifier ignores them and the SFT
+  target draws their count uniformly from 0..filler_demo_max (default filler_max). More than filler_max filler
+  characters is malformed. This makes length a free choice for the length-bias study: after the answer, the
+  policy has already written the answer when it chooses the filler length, so the length can depend on it.
 
 Held-out rule: a problem is held out when `crc32("arithmetic|holdout|" + key) % holdout_modulus == 0`, where key
 is "a<op>b" with the operands sorted for the commutative + and * (so 3+5 and 5+3 share their fate). Training
@@ -55,6 +57,7 @@ from .base import (
 
 OPS: tuple[str, ...] = ("+", "-", "*")
 FILLER = "."
+FILLER_POSITIONS = ("before", "after")
 
 # Enumerate a (difficulty, op) space exactly when it has at most this many operand pairs; sample above it.
 _ENUMERATE_LIMIT = 100_000
@@ -80,7 +83,12 @@ class ArithmeticConfig:
     reverse_answer: bool = True
     """Write the answer's digits least significant first (see module docstring)."""
     filler_max: int = 0
-    """Completions may start with 0..filler_max filler "." characters that the verifier ignores; 0 = none."""
+    """Completions may hold 0..filler_max filler "." characters that the verifier ignores; 0 = none."""
+    filler_position: str = "before"
+    """Where the filler goes: before | after the answer (read only with filler_max > 0)."""
+    filler_demo_max: int | None = None
+    """SFT targets draw their filler count from 0..filler_demo_max, <= filler_max; unset = filler_max (read only
+    with filler_max > 0). A small value starts RL with short filler and leaves room to grow."""
     format_reward: float = 0.0
     """Reward of a well-formed, finished but wrong answer (0 <= format_reward < 1). A correct answer earns 1.0."""
     holdout_modulus: int = 4
@@ -106,6 +114,13 @@ class ArithmeticConfig:
         if not isinstance(self.reverse_answer, bool):
             raise ValueError(f"reverse_answer must be a bool, got {self.reverse_answer!r}")
         check_int("filler_max", self.filler_max, low=0, high=128)
+        if self.filler_position not in FILLER_POSITIONS:
+            raise ValueError(f"filler_position must be one of {list(FILLER_POSITIONS)}, got {self.filler_position!r}")
+        if self.filler_demo_max is not None:
+            check_int("filler_demo_max", self.filler_demo_max, low=0, high=self.filler_max)
+        if self.filler_max == 0 and (self.filler_position != "before" or self.filler_demo_max is not None):
+            raise ValueError("filler_position and filler_demo_max are read only with filler_max > 0 (no filler "
+                             "otherwise); set filler_max or leave them at their defaults")
         _set(self, "format_reward", check_format_reward(self.format_reward))
         check_int("holdout_modulus", self.holdout_modulus, low=2, high=1_000_000)
         check_int("eval_per_difficulty", self.eval_per_difficulty, low=1, high=100_000)
@@ -170,7 +185,8 @@ class ArithmeticTask(Task):
         # Training mixture: only difficulties with positive weight are drawn.
         self._train_difficulties = tuple(k for k, w in cfg.difficulty_weights if w > 0)
         self._train_weights = tuple(w for _, w in cfg.difficulty_weights if w > 0)
-        self._answer_re = re.compile(r"(?P<filler>\.{0,%d})(?P<answer>-?[0-9]+)" % cfg.filler_max)
+        filler, answer = r"(?P<filler>\.{0,%d})" % cfg.filler_max, r"(?P<answer>-?[0-9]+)"
+        self._answer_re = re.compile(answer + filler if cfg.filler_position == "after" else filler + answer)
         self._eval_cache: tuple[Problem, ...] | None = None
 
     def __repr__(self) -> str:
@@ -267,8 +283,17 @@ class ArithmeticTask(Task):
             return invalid_result()
 
     def sft_target(self, problem: Problem, rng: random.Random) -> str:
-        filler = rng.randint(0, self.config.filler_max) if self.config.filler_max > 0 else 0
-        return FILLER * filler + problem.answer
+        cfg = self.config
+        if cfg.filler_max == 0:
+            return problem.answer
+        n = rng.randint(0, cfg.filler_max if cfg.filler_demo_max is None else cfg.filler_demo_max)
+        return problem.answer + FILLER * n if cfg.filler_position == "after" else FILLER * n + problem.answer
+
+    def filler_length(self, completion: str) -> int | None:
+        """Filler characters in a well-formed completion; None when it is malformed (no filler setting: 0)."""
+        m = self._answer_re.fullmatch(completion) if isinstance(completion, str) else None
+        return len(m.group("filler") or "") if m is not None and self.config.filler_max > 0 else (
+            0 if m is not None else None)
 
     def max_response_len(self) -> int:
         return self.config.filler_max + _longest_answer(self.config.max_digits, self.config.ops) + 1  # + <eos>

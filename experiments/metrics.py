@@ -46,6 +46,9 @@ METRICS = {
     "length/mean": "mean response length in tokens (EOS included)",
     "length/correct": "mean length of correct responses (NaN if none)",
     "length/incorrect": "mean length of incorrect responses (NaN if none)",
+    "length/filler_correct": "arithmetic with task.filler_max > 0: mean filler characters in correct responses "
+                             "(NaN if none); the length-bias study's length, free of the answer's own length",
+    "length/filler_incorrect": "the same for well-formed incorrect responses (malformed ones have no filler count)",
     "rollout/trunc_frac": "fraction of completions that hit max_new_tokens without EOS",
     "rollout/completions": "completions sampled this step (more than the budget when dynamic sampling refills)",
     "rollout/tokens": "response tokens generated this step",

@@ -818,6 +818,11 @@ def rollout_metrics(b: Batch, task) -> dict:
          "length/incorrect": f32_mean_of_ints(total - len_c, n - n_c) if n_c < n else float("nan"),
          "rollout/trunc_frac": f32_mean_of_ints(sum(b.truncated.tolist()), n),
          "rollout/completions": b.size, "rollout/tokens": total}
+    if getattr(getattr(task, "config", None), "filler_max", 0):  # the length-bias study's filler, by correctness
+        fill = [task.filler_length(t) for t in b.texts]
+        for name, want in (("correct", True), ("incorrect", False)):
+            xs = [f for f, ok in zip(fill, c) if ok == want and f is not None]
+            m[f"length/filler_{name}"] = f32_mean_of_ints(sum(xs), len(xs)) if xs else float("nan")
     diff = b.difficulty.tolist()
     for d in task.difficulties:
         ok = [ci for ci, di in zip(c, diff) if di == d]

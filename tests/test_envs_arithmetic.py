@@ -252,6 +252,32 @@ def test_filler_is_ignored_and_bounded():
     assert no_filler.reward(p, ".64").malformed
 
 
+def test_filler_after_the_answer():
+    t = make_task("arithmetic", filler_max=3, filler_position="after")
+    p = t.make_problem(12, "+", 34)
+    for k in range(4):
+        assert t.reward(p, "64" + "." * k).correct and t.filler_length("64" + "." * k) == k
+    assert t.reward(p, "64....").malformed and t.filler_length("64....") is None  # more than filler_max
+    assert t.reward(p, ".64").malformed  # filler only after the answer
+    assert not t.reward(p, "65..").correct and t.reward(p, "65..").format_ok and t.filler_length("65..") == 2
+    assert make_task("arithmetic", filler_max=3).filler_length("..64") == 2  # before
+    assert make_task("arithmetic").filler_length("64") == 0 and make_task("arithmetic").filler_length("6x") is None
+
+
+def test_filler_demo_max_and_bad_filler_settings():
+    t = make_task("arithmetic", filler_max=32, filler_position="after", filler_demo_max=2)
+    p = t.make_problem(12, "+", 34)
+    rng = random.Random(0)
+    assert {t.sft_target(p, rng) for _ in range(300)} == {"64", "64.", "64.."}  # 0..2 filler, after the answer
+    assert t.max_response_len() == 32 + 4 + 1  # the room to grow is filler_max
+    for bad, match in (({"filler_max": 3, "filler_position": "middle"}, "filler_position"),
+                       ({"filler_max": 3, "filler_demo_max": 4}, "filler_demo_max"),
+                       ({"filler_position": "after"}, "read only with filler_max > 0"),
+                       ({"filler_demo_max": 0}, "read only with filler_max > 0")):
+        with pytest.raises(ValueError, match=match):
+            make_task("arithmetic", **bad)
+
+
 # ------------------------------------------------------------------------------------ SFT targets and lengths
 
 

@@ -102,6 +102,8 @@ def test_default_spec_is_the_documented_default():
         "difficulty_weights": [[1, 0.25], [2, 0.5], [3, 0.25]],
         "reverse_answer": True,
         "filler_max": 0,
+        "filler_position": "before",
+        "filler_demo_max": None,
         "format_reward": 0.0,
         "holdout_modulus": 4,
         "eval_per_difficulty": 24,

@@ -97,6 +97,23 @@ def test_grad_norm_is_logged_before_and_after_clipping(tmp_path):
     assert all("optim/grad_norm_clipped" not in r and "optim/clip_active" not in r for r in rows)
 
 
+def test_filler_lengths_are_logged_by_correctness(tmp_path):
+    from experiments.metrics import undocumented
+
+    run = train(_cfg(tmp_path, "name=f", "task.filler_max=6", "task.filler_position=after", "task.filler_demo_max=2",
+                     "task.format_reward=0.5"), progress=False)
+    rows = _rows(run / "metrics.jsonl")
+    assert undocumented({k for r in rows for k in r}) == []
+    for r in rows:
+        for k in ("length/filler_correct", "length/filler_incorrect"):
+            assert r[k] != r[k] or 0.0 <= r[k] <= 6.0  # NaN when no response of that kind, else within 0..6
+    assert any(r["length/filler_correct"] == r["length/filler_correct"] for r in rows)
+    import re
+
+    formed = [x["response"] for x in map(json.loads, open(run / "samples.jsonl")) if x["reward"] > 0]
+    assert formed and all(re.fullmatch(r"-?[0-9]+\.{0,6}", t) for t in formed)  # well formed = filler after
+
+
 def test_same_config_and_seed_give_the_same_metrics(tmp_path):
     a = train(_cfg(tmp_path, "name=a"), progress=False)
     b = train(_cfg(tmp_path, "name=b"), progress=False)
