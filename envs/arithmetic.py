@@ -19,6 +19,11 @@ Answer format (the canonical form; the verifier compares strings exactly):
   target draws their count uniformly from 0..filler_demo_max (default filler_max). More than filler_max filler
   characters is malformed. This makes length a free choice for the length-bias study: after the answer, the
   policy has already written the answer when it chooses the filler length, so the length can depend on it.
+- With `verdict=True` (filler after the answer only) the environment tells the policy whether its answer is right
+  before the filler: the policy ends its answer with "=", the environment appends "+" (correct) or "-" (wrong),
+  and the policy goes on with the filler and <eos>: "64=+..". The verdict is the environment's token, not the
+  policy's: the training loop excludes it from the loss (experiments/train.py, rollout). The length-bias study's
+  positive control: correctness is visible when the length is chosen.
 
 Held-out rule: a problem is held out when `crc32("arithmetic|holdout|" + key) % holdout_modulus == 0`, where key
 is "a<op>b" with the operands sorted for the commutative + and * (so 3+5 and 5+3 share their fate). Training
@@ -58,6 +63,8 @@ from .base import (
 OPS: tuple[str, ...] = ("+", "-", "*")
 FILLER = "."
 FILLER_POSITIONS = ("before", "after")
+VERDICT_MARK = "="                   # the policy ends its answer with it (task.verdict)
+VERDICTS = {True: "+", False: "-"}   # what the environment appends: right / wrong
 
 # Enumerate a (difficulty, op) space exactly when it has at most this many operand pairs; sample above it.
 _ENUMERATE_LIMIT = 100_000
@@ -98,6 +105,10 @@ class ArithmeticConfig:
     max_completion_chars: int = DEFAULT_MAX_COMPLETION_CHARS
     """Completions longer than this are malformed without being examined further."""
 
+    verdict: bool = False
+    """The environment writes "+" / "-" (right / wrong) after the policy's "=" that ends its answer, before the
+    filler (see module docstring); needs filler_position=after."""
+
     def __post_init__(self) -> None:
         _set = object.__setattr__  # normalise in place on a frozen dataclass
         check_int("max_digits", self.max_digits, low=1, high=18)
@@ -118,6 +129,11 @@ class ArithmeticConfig:
             raise ValueError(f"filler_position must be one of {list(FILLER_POSITIONS)}, got {self.filler_position!r}")
         if self.filler_demo_max is not None:
             check_int("filler_demo_max", self.filler_demo_max, low=0, high=self.filler_max)
+        if not isinstance(self.verdict, bool):
+            raise ValueError(f"verdict must be a bool, got {self.verdict!r}")
+        if self.verdict and (self.filler_max == 0 or self.filler_position != "after"):
+            raise ValueError("verdict needs filler after the answer (filler_max > 0, filler_position=after): it "
+                             "tells the policy whether its answer is right before it writes the filler")
         if self.filler_max == 0 and (self.filler_position != "before" or self.filler_demo_max is not None):
             raise ValueError("filler_position and filler_demo_max are read only with filler_max > 0 (no filler "
                              "otherwise); set filler_max or leave them at their defaults")
@@ -125,7 +141,7 @@ class ArithmeticConfig:
         check_int("holdout_modulus", self.holdout_modulus, low=2, high=1_000_000)
         check_int("eval_per_difficulty", self.eval_per_difficulty, low=1, high=100_000)
         check_int("max_completion_chars", self.max_completion_chars, low=1, high=100_000)
-        longest = self.filler_max + _longest_answer(self.max_digits, self.ops)
+        longest = self.filler_max + _longest_answer(self.max_digits, self.ops) + 2 * self.verdict
         if longest > self.max_completion_chars:
             raise ValueError(
                 f"max_completion_chars={self.max_completion_chars} is shorter than the longest reference "
@@ -186,6 +202,8 @@ class ArithmeticTask(Task):
         self._train_difficulties = tuple(k for k, w in cfg.difficulty_weights if w > 0)
         self._train_weights = tuple(w for _, w in cfg.difficulty_weights if w > 0)
         filler, answer = r"(?P<filler>\.{0,%d})" % cfg.filler_max, r"(?P<answer>-?[0-9]+)"
+        if cfg.verdict:
+            answer += re.escape(VERDICT_MARK) + "[%s]" % re.escape("".join(VERDICTS.values()))
         self._answer_re = re.compile(answer + filler if cfg.filler_position == "after" else filler + answer)
         self._eval_cache: tuple[Problem, ...] | None = None
 
@@ -287,7 +305,35 @@ class ArithmeticTask(Task):
         if cfg.filler_max == 0:
             return problem.answer
         n = rng.randint(0, cfg.filler_max if cfg.filler_demo_max is None else cfg.filler_demo_max)
-        return problem.answer + FILLER * n if cfg.filler_position == "after" else FILLER * n + problem.answer
+        if cfg.filler_position == "before":
+            return FILLER * n + problem.answer
+        verdict = VERDICT_MARK + VERDICTS[True] if cfg.verdict else ""
+        return problem.answer + verdict + FILLER * n
+
+    # ------------------------------------------------------------------- the verdict (task.verdict=True only)
+
+    @property
+    def interjection_marker(self) -> str | None:
+        """The text that ends the policy's first part; the environment then appends interjection(...)."""
+        return VERDICT_MARK if self.config.verdict else None
+
+    def interjection_window(self) -> int:
+        """The most tokens of the first part, marker included (one character is at least one token)."""
+        return _longest_answer(self.config.max_digits, self.config.ops) + 1
+
+    def interjection(self, problem: Problem, first_part: str) -> str:
+        """The verdict on a first part ending in the marker: "+" when its answer is right, else "-"."""
+        return VERDICTS[first_part == problem.answer + VERDICT_MARK]
+
+    def relabel(self, problem: Problem, text: str) -> str:
+        """A demonstration whose answer was altered (noisy warm start) with the verdict the environment would
+        write for it; unchanged without a verdict."""
+        if not self.config.verdict:
+            return text
+        i = text.find(VERDICT_MARK)
+        if i < 0 or i + 1 >= len(text):
+            return text
+        return text[:i + 1] + self.interjection(problem, text[:i + 1]) + text[i + 2:]
 
     def filler_length(self, completion: str) -> int | None:
         """Filler characters in a well-formed completion; None when it is malformed (no filler setting: 0)."""
@@ -296,7 +342,8 @@ class ArithmeticTask(Task):
             0 if m is not None else None)
 
     def max_response_len(self) -> int:
-        return self.config.filler_max + _longest_answer(self.config.max_digits, self.config.ops) + 1  # + <eos>
+        verdict = 2 if self.config.verdict else 0  # "=" and the verdict
+        return self.config.filler_max + _longest_answer(self.config.max_digits, self.config.ops) + verdict + 1  # + <eos>
 
     def max_prompt_len(self) -> int:
         return 2 * self.config.max_digits + 2  # a, op, b, "="

@@ -509,6 +509,10 @@ def load_config(path: str | Path | None = None, overrides: list[str] | tuple = (
         raise ConfigError(str(e)) from None
     check_model(cfg, device=check_device)  # a bad model folder stops here, before any compute or run folder
     _check_charset(cfg)
+    if cfg.model.path and getattr(build_task(cfg), "interjection_marker", None):
+        raise ConfigError("task.verdict needs the built-in character tokenizer (model.path unset): the policy's "
+                          "answer must end in a '=' token of its own, and a BPE tokenizer may merge '=' with the "
+                          "digits before it")
     check_optional_packages(cfg)
     from algos import check_against_rollout
 

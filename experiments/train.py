@@ -53,7 +53,7 @@ from rollout.bundle import DTYPES, Codec, char_codec, fingerprint_folder, load_h
 from rollout.engine import Generation, HFEngine, SamplingParams, make_engine, repeat_prompts
 from rollout.models import ValueModel, build_policy, frozen_copy, n_params
 from rollout.scoring import score, score_values
-from rollout.sft import Until, cached_warm_start, sft_train
+from rollout.sft import Until, _encode_batch, cached_warm_start, pad_left, pad_right, sft_train
 
 # transformers' own per-file progress bars (save/load of a 0.5 MB checkpoint) would drown the sweep's bar
 from transformers.utils import logging as _hf_logging  # noqa: E402
@@ -280,6 +280,8 @@ def warm_start(cfg: TrainConfig, task, codec: Codec | None = None, cache_dir=Non
             targets = [task.sft_target(p, rng) for p in probs]
             if noisy and cfg.sft.noise:
                 targets = [corrupt_digit(t, rng) if rng.random() < cfg.sft.noise else t for t in targets]
+                if hasattr(task, "relabel"):  # e.g. a verdict that must follow the altered answer
+                    targets = [task.relabel(p, t) for p, t in zip(probs, targets)]
             return texts(probs), targets
 
         def batch_fn(step, rng):  # the fixed schedule turns noisy at noise_start; with until_acc, never
@@ -412,6 +414,8 @@ class Batch:
     reasons: list = field(default_factory=list)  # the verifier's reason per row ("" where a task gives none)
     malformed: torch.Tensor | None = None  # (B,) bool, the verifier's verdict: the text does not parse as an answer
     group_sizes: list | None = None  # one size per contiguous group (adaptive group sizes); None = equal groups of G
+    forced: torch.Tensor | None = None  # (B, T) bool: tokens the environment wrote (a verdict), not the policy;
+    #                                     attended to like the rest, never in the loss. None = none
 
     @property
     def size(self):
@@ -424,7 +428,8 @@ class Batch:
                      self.response_mask[rows], self.old_logp[rows], self.truncated[rows], self.rewards[rows],
                      self.correct[rows], self.difficulty[rows], [self.texts[i] for i in idx],
                      [self.problems[i] for i in idx], [self.reasons[i] for i in idx],
-                     None if self.malformed is None else self.malformed[rows])
+                     None if self.malformed is None else self.malformed[rows], None,
+                     None if self.forced is None else self.forced[rows])
 
 
 def _pad_to(x: torch.Tensor, width: int, value) -> torch.Tensor:
@@ -457,7 +462,10 @@ def concat_batches(parts: list[Batch], pad_id: int = 0) -> Batch:
         sum((b.texts for b in parts), []), sum((b.problems for b in parts), []),
         sum((b.reasons for b in parts), []),
         None if any(b.malformed is None for b in parts) else torch.cat([b.malformed for b in parts]),
-        None if any(b.group_sizes is None for b in parts) else sum((b.group_sizes for b in parts), []))
+        None if any(b.group_sizes is None for b in parts) else sum((b.group_sizes for b in parts), []),
+        None if all(b.forced is None for b in parts) else torch.cat(
+            [_pad_to(b.forced if b.forced is not None else torch.zeros_like(b.response_mask), T, False)
+             for b in parts]))
 
 
 def _concat_table(tokenizer) -> list[str] | None:
@@ -497,11 +505,13 @@ def rollout(s: Setup, problems: list, group_size: int | list, params: SamplingPa
     p_ids, p_mask = s.codec.encode_prompts(problems)
     reps = group_size if sizes is None else torch.tensor(sizes, device=s.device)
     p_ids, p_mask = repeat_prompts(p_ids.to(s.device), p_mask.to(s.device), reps)
+    probs = [p for p, g in zip(problems, sizes or [group_size] * len(problems)) for _ in range(g)]
+    forced = None
     with timed(s, "sample"):
-        gen: Generation = s.engine.generate(p_ids, p_mask, params, generator)
-        if gen.response_ids.device != s.device:  # an engine of its own (vLLM) answers on the CPU
-            gen = Generation(*(x.to(s.device) for x in (gen.response_ids, gen.response_mask, gen.logp,
-                                                         gen.truncated)))
+        if getattr(s.task, "interjection_marker", None):
+            gen, forced = _generate_with_interjection(s, p_ids, p_mask, probs, params, generator)
+        else:
+            gen = _on_device(s, s.engine.generate(p_ids, p_mask, params, generator))
     with timed(s, "reward"):
         texts = decode_responses(s.tokenizer, gen.response_ids.masked_fill(~gen.response_mask, s.codec.pad_id).cpu())
         if s.bad_ids is not None and len(s.bad_ids):
@@ -509,7 +519,6 @@ def rollout(s: Setup, problems: list, group_size: int | list, params: SamplingPa
             bad = (torch.isin(gen.response_ids, s.bad_ids) & gen.response_mask).any(-1)
             if bool(bad.any()):
                 texts = [INVALID_MARK + t if b else t for t, b in zip(texts, bad.tolist())]
-        probs = [p for p, g in zip(problems, sizes or [group_size] * len(problems)) for _ in range(g)]
         results = [s.task.reward(p, t, bool(tr)) for p, t, tr in zip(probs, texts, gen.truncated.tolist())]
     dev = s.device
     return Batch(p_ids, p_mask, gen.response_ids, gen.response_mask, gen.logp, gen.truncated,
@@ -517,7 +526,64 @@ def rollout(s: Setup, problems: list, group_size: int | list, params: SamplingPa
                  torch.tensor([r.correct for r in results], device=dev),
                  torch.tensor([p.difficulty for p in probs], device=dev), texts, probs,
                  [getattr(r, "reason", "") for r in results],
-                 torch.tensor([bool(getattr(r, "malformed", False)) for r in results], device=dev), sizes)
+                 torch.tensor([bool(getattr(r, "malformed", False)) for r in results], device=dev), sizes, forced)
+
+
+def _on_device(s: Setup, gen: Generation) -> Generation:
+    if gen.response_ids.device == s.device:
+        return gen
+    # an engine of its own (vLLM) answers on the CPU
+    return Generation(*(x.to(s.device) for x in (gen.response_ids, gen.response_mask, gen.logp, gen.truncated)))
+
+
+def _generate_with_interjection(s: Setup, p_ids, p_mask, probs: list, params: SamplingParams, generator):
+    """Sampling in two parts around an environment's interjection (a task with ``interjection_marker``, e.g.
+    arithmetic's verdict): the policy writes until the marker (its stop token for this part, at most
+    ``task.interjection_window()`` tokens), the task appends ``interjection(problem, first part)``, and the policy
+    goes on from there until EOS. Rows that never write the marker, or write EOS before it, end there (truncated,
+    so never correct). Returns (one Generation of the whole responses, (B, T) bool of the interjected tokens:
+    attended to, in the response mask, with log-prob 0, and excluded from the loss by update())."""
+    task, codec = s.task, s.codec
+    (mark,) = _encode_batch(codec.tokenizer, [task.interjection_marker])
+    if len(mark) != 1:
+        raise ConfigError(f"the task's interjection marker {task.interjection_marker!r} must be one token of the "
+                          f"tokenizer, got {len(mark)}")
+    window = min(task.interjection_window(), params.max_new_tokens - 1)
+    first = _on_device(s, s.engine.generate(p_ids, p_mask, dataclasses.replace(
+        params, eos_id=mark[0], max_new_tokens=window), generator))
+    ids1 = [r[m].tolist() for r, m in zip(first.response_ids, first.response_mask)]
+    lp1 = [r[m].tolist() for r, m in zip(first.logp, first.response_mask)]
+    # an EOS inside the first part does not stop it (the marker does): such a row ends there, truncated
+    stopped = [ok and params.eos_id not in x for ok, x in zip((~first.truncated).tolist(), ids1)]
+    rows = [i for i, ok in enumerate(stopped) if ok]
+    inter: dict[int, list[int]] = {}
+    ids2, lp2, trunc2 = {}, {}, {}
+    if rows:
+        texts = decode_responses(s.tokenizer, pad_right([ids1[i] for i in rows], codec.pad_id)[0])
+        enc = _encode_batch(codec.tokenizer, [task.interjection(probs[i], t) for i, t in zip(rows, texts)])
+        inter = dict(zip(rows, enc))
+        prompts = [p[m].tolist() for p, m in zip(p_ids[rows], p_mask[rows])]
+        q_ids, q_mask = pad_left([q + ids1[i] + inter[i] for q, i in zip(prompts, rows)], codec.pad_id)
+        budget = params.max_new_tokens - max(len(ids1[i]) + len(inter[i]) for i in rows)
+        second = _on_device(s, s.engine.generate(q_ids.to(s.device), q_mask.to(s.device), dataclasses.replace(
+            params, max_new_tokens=max(1, budget)), generator))
+        for j, i in enumerate(rows):
+            m = second.response_mask[j]
+            ids2[i], lp2[i] = second.response_ids[j][m].tolist(), second.logp[j][m].tolist()
+            trunc2[i] = bool(second.truncated[j])
+    seqs, lps, forced, trunc = [], [], [], []
+    for i in range(len(ids1)):
+        v = inter.get(i, [])
+        seqs.append(ids1[i] + v + ids2.get(i, []))
+        lps.append(lp1[i] + [0.0] * len(v) + lp2.get(i, []))
+        forced.append([False] * len(ids1[i]) + [True] * len(v) + [False] * len(ids2.get(i, [])))
+        trunc.append(trunc2.get(i, True))
+    ids, mask = pad_right(seqs, codec.pad_id)
+    T = ids.shape[1]
+    logp = torch.tensor([x + [0.0] * (T - len(x)) for x in lps], dtype=torch.float32)
+    forced_t = torch.tensor([x + [False] * (T - len(x)) for x in forced], dtype=torch.bool)
+    dev = s.device
+    return Generation(ids.to(dev), mask.to(dev), logp.to(dev), torch.tensor(trunc, device=dev)), forced_t.to(dev)
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -834,7 +900,8 @@ def rollout_metrics(b: Batch, task) -> dict:
 def update(s: Setup, b: Batch, opt, critic_opt, step: int) -> dict:
     """Advantages, then n_epochs x n_minibatches optimizer steps. Returns metrics."""
     obj = s.cfg.objective
-    mask = b.response_mask
+    mask = b.response_mask if b.forced is None else b.response_mask & ~b.forced  # the policy's own tokens
+    gen_mask = mask
     if obj.filters.overlong_filter:
         mask = F.overlong_filter(mask, b.truncated)
     max_len = obj.loss.max_len or s.sampling.max_new_tokens
@@ -923,7 +990,7 @@ def update(s: Setup, b: Batch, opt, critic_opt, step: int) -> dict:
                 seq_lr = lr.sum(-1) / mk.sum(-1).clamp(min=1)
                 sums["policy/seq_log_ratio_std"].append(float(seq_lr.std()) if len(seq_lr) > 1 else 0.0)
                 if first_pass:
-                    rm = b.response_mask[rows]
+                    rm = gen_mask[rows]
                     sums["policy/entropy"].append(_masked_mean(sc.entropy, rm))
                     if want_logits:
                         lp = sc.logp.detach()

@@ -278,6 +278,26 @@ def test_filler_demo_max_and_bad_filler_settings():
             make_task("arithmetic", **bad)
 
 
+def test_verdict_format_interjection_and_relabel():
+    t = make_task("arithmetic", filler_max=3, filler_position="after", verdict=True, filler_demo_max=1)
+    p = t.make_problem(12, "+", 34)  # answer "64" (reversed 46)
+    assert t.interjection_marker == "=" and t.interjection_window() == 4 + 1  # 999+999 = 1998: 4 digits + "="
+    assert t.interjection(p, "64=") == "+" and t.interjection(p, "65=") == "-" and t.interjection(p, "6=") == "-"
+    assert t.reward(p, "64=+..").correct and t.filler_length("64=+..") == 2
+    assert not t.reward(p, "65=-.").correct and t.reward(p, "65=-.").format_ok and t.filler_length("65=-.") == 1
+    for bad in ("64", "64..", "64=", "64=+....", "64=x.", "64.=+"):  # no verdict, too much filler, junk
+        assert t.reward(p, bad).malformed, bad
+    rng = random.Random(0)
+    assert {t.sft_target(p, rng) for _ in range(200)} == {"64=+", "64=+."}
+    assert t.relabel(p, "65=+.") == "65=-." and t.relabel(p, "64=+.") == "64=+."  # a noisy demonstration
+    assert t.max_response_len() == 3 + 4 + 2 + 1  # filler, answer, "=" and verdict, <eos>
+    assert make_task("arithmetic", filler_max=3, filler_position="after").interjection_marker is None
+    for bad in ({"verdict": True}, {"filler_max": 3, "verdict": True}, {"filler_max": 3, "filler_position": "after",
+                                                                        "verdict": 1}):
+        with pytest.raises(ValueError, match="verdict"):
+            make_task("arithmetic", **bad)
+
+
 # ------------------------------------------------------------------------------------ SFT targets and lengths
 
 

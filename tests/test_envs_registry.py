@@ -108,6 +108,7 @@ def test_default_spec_is_the_documented_default():
         "holdout_modulus": 4,
         "eval_per_difficulty": 24,
         "max_completion_chars": 256,
+        "verdict": False,
     }
 
 

@@ -144,6 +144,14 @@ def test_built_in_arch_rejects_a_folder(toy_model):
         load_config(None, [f"model.arch={toy_model}"])
 
 
+def test_verdict_task_is_refused_on_a_model_folder(toy_model, tmp_path):
+    # the length study's verdict needs the policy's '=' as a token of its own; a BPE tokenizer may merge it
+    with pytest.raises(ConfigError, match="task.verdict needs the built-in character tokenizer"):
+        load_config(None, [f"model.path={toy_model}", "task.name=arithmetic", "task.filler_max=4",
+                           "task.filler_position=after", "task.verdict=true", f"out_dir={tmp_path}"])
+    assert not any(tmp_path.iterdir())
+
+
 # ---------------------------------------------------------------------------------------------------------
 # data sets on a real model: the command a GPU user types, on CPU
 
