@@ -49,6 +49,8 @@ METRICS = {
     "length/filler_correct": "arithmetic with task.filler_max > 0: mean filler characters in correct responses "
                              "(NaN if none); the length-bias study's length, free of the answer's own length",
     "length/filler_incorrect": "the same for well-formed incorrect responses (malformed ones have no filler count)",
+    "length/filler_gap": "length/filler_incorrect - length/filler_correct: how much longer wrong answers are padded "
+                         "(the length-bias study's primary metric; NaN when either is)",
     "rollout/trunc_frac": "fraction of completions that hit max_new_tokens without EOS",
     "rollout/completions": "completions sampled this step (more than the budget when dynamic sampling refills)",
     "rollout/tokens": "response tokens generated this step",

@@ -889,6 +889,7 @@ def rollout_metrics(b: Batch, task) -> dict:
         for name, want in (("correct", True), ("incorrect", False)):
             xs = [f for f, ok in zip(fill, c) if ok == want and f is not None]
             m[f"length/filler_{name}"] = f32_mean_of_ints(sum(xs), len(xs)) if xs else float("nan")
+        m["length/filler_gap"] = m["length/filler_incorrect"] - m["length/filler_correct"]  # NaN if either is
     diff = b.difficulty.tolist()
     for d in task.difficulties:
         ok = [ci for ci, di in zip(c, diff) if di == d]
