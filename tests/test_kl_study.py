@@ -165,3 +165,18 @@ def test_quick_run_writes_consistent_outputs(tmp_path):
     readme = (out / "README.md").read_text()
     assert "--quick" in readme and "k1 as a loss has zero expected gradient: confirmed" in readme
     assert json.loads((out / "run.json").read_text())["args"]["quick"] is True
+
+
+def test_k2_and_k3_in_the_reward_by_hand():
+    """E_pi[sg(k(v)) grad log pi(v)] on two tokens: theta = [0, ln 3] (pi = [1/4, 3/4]), ref uniform.
+    x = ln ref - ln pi = [ln 2, ln(2/3)]; grad_theta log pi(v) = e_v - pi, so the expectation is
+    (1/4)(3/4) (k(0) - k(1)) [1, -1].
+    k2 = x^2 / 2: k(0) = 0.240227, k(1) = 0.082204 -> 0.1875 * 0.158023 = 0.029629.
+    k3 = e^x - 1 - x: k(0) = 2 - 1 - ln 2 = 0.306853, k(1) = 2/3 - 1 - ln(2/3) = 0.072132 -> 0.1875 * 0.234721
+    = 0.044010."""
+    theta = torch.tensor([0.0, math.log(3.0)], dtype=torch.float64)
+    ref = torch.zeros(2, dtype=torch.float64)
+    pi = torch.softmax(theta, -1)
+    for form, want in (("k2_reward", 0.029629), ("k3_reward", 0.044010)):
+        g = pi @ S.per_sample_grads(theta, ref, form)
+        assert g.tolist() == pytest.approx([want, -want], abs=2e-6), form
