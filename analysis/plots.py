@@ -158,7 +158,8 @@ def plot_panels(panels: Sequence[tuple[str, str, pd.DataFrame | None] | None], c
         raise ValueError("plot_panels: no panels")
     ncols = max(1, min(ncols, n))
     nrows = -(-n // ncols)
-    legend_rows = max(1, -(-len(colors) // 6))  # the figure legend holds 6 entries a row: room for every row
+    per_row = legend_per_row(colors, ncols * panel_size[0])
+    legend_rows = max(1, -(-len(colors) // per_row))  # room below the panels for every legend row
     fig, axes = _grid_figure(nrows, ncols, panel_size, top_in=0.95 if title else 0.55,
                              bottom_in=0.95 + 0.28 * (legend_rows - 1), sharey=sharey)
     seen: dict[str, tuple] = {}  # arm -> (handle, largest n in any panel)
@@ -187,9 +188,16 @@ def plot_panels(panels: Sequence[tuple[str, str, pd.DataFrame | None] | None], c
         # one legend for the whole figure, below the panels, one entry per arm in colour order
         order = [g for g in colors if g in seen] + [g for g in seen if g not in colors]
         fig.legend([seen[g][0] for g in order], [_legend_label(str(g), seen[g][1]) for g in order],
-                   loc="lower center", bbox_to_anchor=(0.5, 0.0), ncols=min(len(order), 6), frameon=False,
+                   loc="lower center", bbox_to_anchor=(0.5, 0.0), ncols=min(len(order), per_row), frameon=False,
                    fontsize="medium")
     return fig, axes
+
+
+def legend_per_row(arms, width_in: float) -> int:
+    """Legend entries that fit in a row of a figure ``width_in`` inches wide (at most 6): each entry is a colour
+    patch and "<arm> (n=NN)" in the medium font, about 0.085 in per character plus 0.6 in."""
+    longest = max((len(str(a)) for a in arms), default=0) + len(" (n=10)")
+    return max(1, min(6, int(width_in // (0.6 + 0.085 * longest))))
 
 
 def _grid_figure(nrows: int, ncols: int, panel_size: tuple[float, float], top_in: float, bottom_in: float,

@@ -355,3 +355,15 @@ def test_report_needs_one_source(sampled):
         write_report()
     with pytest.raises(ValueError, match="exactly one"):
         write_report(sampled, data=sampled / "report" / "runs.csv.gz")
+
+
+def test_legend_rows_fit_the_figure_width():
+    """Entries a row: width // (0.6 in + 0.085 in per character of "<arm> (n=10)"), at most 6. Six 18-character
+    arm names on a 2-panel figure (~9.8 in) once overflowed both edges with 6 a row."""
+    from analysis.plots import legend_per_row
+
+    assert legend_per_row(["grpo", "ppo"], 20.0) == 6          # 11 chars: 1.535 in an entry, 13 fit, capped at 6
+    long = ["verdict_seq_mean", "verdict_token_mean", "after_seq_mean", "after_token_mean", "before_seq_mean",
+            "before_token_mean"]
+    assert legend_per_row(long, 9.8) == 3                       # 25 chars: 2.725 in an entry
+    assert legend_per_row(long, 1.0) == 1 and legend_per_row([], 5.0) == 6
