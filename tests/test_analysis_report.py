@@ -366,4 +366,4 @@ def test_legend_rows_fit_the_figure_width():
     long = ["verdict_seq_mean", "verdict_token_mean", "after_seq_mean", "after_token_mean", "before_seq_mean",
             "before_token_mean"]
     assert legend_per_row(long, 9.8) == 3                       # 25 chars: 2.725 in an entry
-    assert legend_per_row(long, 1.0) == 1 and legend_per_row([], 5.0) == 6
+    assert legend_per_row(long, 1.0) == 1 and legend_per_row([], 5.0) == 4  # 7 chars: 1.195 in, 4 fit in 5 in
