@@ -336,10 +336,10 @@ class ArithmeticTask(Task):
         return text[:i + 1] + self.interjection(problem, text[:i + 1]) + text[i + 2:]
 
     def filler_length(self, completion: str) -> int | None:
-        """Filler characters in a well-formed completion; None when it is malformed (no filler setting: 0)."""
+        """Filler characters in a well-formed completion; None when it is malformed (no filler setting: 0, as the
+        answer pattern's filler group then matches only the empty string)."""
         m = self._answer_re.fullmatch(completion) if isinstance(completion, str) else None
-        return len(m.group("filler") or "") if m is not None and self.config.filler_max > 0 else (
-            0 if m is not None else None)
+        return None if m is None else len(m.group("filler"))
 
     def max_response_len(self) -> int:
         verdict = 2 if self.config.verdict else 0  # "=" and the verdict

@@ -508,8 +508,9 @@ def load_config(path: str | Path | None = None, overrides: list[str] | tuple = (
             raise
         raise ConfigError(str(e)) from None
     check_model(cfg, device=check_device)  # a bad model folder stops here, before any compute or run folder
-    _check_charset(cfg)
-    if cfg.model.path and getattr(build_task(cfg), "interjection_marker", None):
+    task = build_task(cfg)  # once: a data-set task reads its file when built
+    _check_charset(cfg, task)
+    if cfg.model.path and getattr(task, "interjection_marker", None):
         raise ConfigError("task.verdict needs the built-in character tokenizer (model.path unset): the policy's "
                           "answer must end in a '=' token of its own, and a BPE tokenizer may merge '=' with the "
                           "digits before it")
@@ -517,7 +518,7 @@ def load_config(path: str | Path | None = None, overrides: list[str] | tuple = (
     from algos import check_against_rollout
 
     try:  # objective settings that depend on the sampler's length budget (as make_setup resolves it)
-        check_against_rollout(cfg.objective, max_new_tokens(cfg, build_task(cfg)))
+        check_against_rollout(cfg.objective, max_new_tokens(cfg, task))
     except ValueError as e:
         raise ConfigError(str(e)) from None
     return cfg
@@ -537,7 +538,7 @@ def max_new_tokens(cfg: TrainConfig, task) -> int:
     return cfg.rollout.max_new_tokens or task.max_response_len() + 6
 
 
-def _check_charset(cfg: TrainConfig) -> None:
+def _check_charset(cfg: TrainConfig, task) -> None:
     """A built-in architecture reads text through the character tokenizer: a task whose prompts or answers use
     characters outside its vocabulary (a data set of word problems) would train on <unk>s. Checked on the
     held-out set and the first training problems."""
@@ -545,7 +546,6 @@ def _check_charset(cfg: TrainConfig) -> None:
         return
     from envs.tokenizer import CHARSET
 
-    task = build_task(cfg)
     probs = list(task.eval_set())[:256] + task.prompts(cfg.effective_data_seed, 0, 64)
     bad = sorted({ch for p in probs for ch in p.prompt + p.answer} - CHARSET)
     if bad:
