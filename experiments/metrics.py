@@ -101,6 +101,8 @@ METRICS = {
     "time/{phase}": "seconds in a phase: sample, reward, reference, critic, advantages, forward, loss, backward, "
                     "optimizer, metrics, old_logp (the trainer rescoring an engine's samples, vllm)",
     "mem/peak_rss_mb": "peak resident memory of the process so far (MiB)",
+    "mem/gpu_peak_mb": "peak GPU memory allocated by torch in the process so far (MiB; CUDA runs only: weights, "
+                       "optimizer state, activations, KV cache)",
     "eval/acc": "greedy accuracy on the held-out set",
     "eval/acc_d{d}": "greedy accuracy on held-out prompts of difficulty d",
     "eval/length": "mean greedy response length on the held-out set",

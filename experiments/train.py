@@ -1255,6 +1255,8 @@ def train_step(s: Setup, state: dict, opt, critic_opt) -> tuple[dict, Batch]:
     row = {"step": step, "tokens": state["tokens"], "time": round(state["elapsed"], 4), **m,
            "time/rollout": t1 - t0, "time/update": t2 - t1, "time/step": t2 - t0,
            "mem/peak_rss_mb": peak_rss_mb()}
+    if s.policy.device.type == "cuda":
+        row["mem/gpu_peak_mb"] = torch.cuda.max_memory_allocated(s.policy.device) / 2 ** 20
     row.update({f"time/{k}": v - phases_before.get(k, 0.0) for k, v in s.timers.items()})
     return row, all_b
 
