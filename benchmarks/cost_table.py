@@ -105,7 +105,8 @@ def rerender(out: Path) -> None:
     """Rewrite cost.md and scaling.png from cost.json (no new measurements)."""
     d = json.loads((out / "cost.json").read_text())
     write_table(d["presets"], d["scaling"], d["meta"], out)
-    plot_scaling(d["scaling"], out / "scaling.png")
+    if d["scaling"]:
+        plot_scaling(d["scaling"], out / "scaling.png")
 
 
 def main(argv=None) -> int:
@@ -266,7 +267,8 @@ def write_table(rows, scaling, meta, out: Path):
     lines += ["", f"Provenance: commit `{meta['commit']}`; torch {v['torch']}, transformers {v['transformers']}, "
               f"{v['threads']} threads{extra}; regenerate with `{meta['command'].strip()}` ({meta['elapsed_s']:.0f} s). "
               "Wall-clock timings " + ("on one GPU" if cuda else "on a shared 2-core machine") +
-              ": compare ratios within this table, not absolute numbers across machines."]
+              ": compare ratios within this table, not absolute numbers across machines."
+              + (f" Note: {meta['note']}." if meta.get("note") else "")]
     (out / "cost.md").write_text("\n".join(lines) + "\n")
 
 
