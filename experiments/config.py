@@ -196,6 +196,13 @@ class RolloutConfig:
     rollout.temperature); held-out sampling keeps rollout.temperature or train.eval_temperature; logged as sched/rollout.temperature"""
     temperature_control: TemperatureControl = field(default_factory=TemperatureControl)
     """entropy-driven temperature: after each step T <- clamp(T + gain (target - H), low, high), H = policy/entropy"""
+    staleness: int = 0
+    """stale rollouts: training step t samples its batch with the policy's weights as they were `staleness` training
+    steps earlier, i.e. after step t - 1 - staleness (the start policy while fewer steps have passed; each step is
+    objective.n_minibatches x n_epochs optimizer updates), as an asynchronous trainer whose sampler lags would; the
+    batch's old log-probs are that sampler's, so even the first minibatch is off-policy. Held-out evaluation always
+    samples the current weights. 0 = on-policy sampling (every committed study). hf engine only; keeps
+    staleness + 1 weight copies"""
 
     def __post_init__(self):
         from rollout.engine import ENGINES
@@ -208,6 +215,12 @@ class RolloutConfig:
         _positive("rollout.max_new_tokens", self.max_new_tokens, allow_zero=True)
         _choice("rollout.engine", self.engine, tuple(ENGINES))
         _choice("rollout.chat_template", self.chat_template, ("auto", "none"))
+        if isinstance(self.staleness, bool) or not isinstance(self.staleness, int) or not 0 <= self.staleness <= 64:
+            raise ConfigError(f"rollout.staleness must be an int in [0, 64] (updates the sampler lags behind the "
+                              f"policy), got {self.staleness!r}")
+        if self.staleness and self.engine != "hf":
+            raise ConfigError(f"rollout.staleness > 0 needs rollout.engine=hf (the {self.engine!r} engine would have "
+                              "to be loaded with lagged weights every step; not built)")
         if self.engine != "vllm" and self.vllm != VLLMConfig():
             raise ConfigError(f"rollout.vllm.* settings are read only by rollout.engine=vllm, not {self.engine!r}")
         if self.engine == "vllm":

@@ -100,6 +100,8 @@ METRICS = {
     "time/step": "seconds of this step; time/rollout and time/update split it",
     "time/{phase}": "seconds in a phase: sample, reward, reference, critic, advantages, forward, loss, backward, "
                     "optimizer, metrics, old_logp (the trainer rescoring an engine's samples, vllm)",
+    "rollout/staleness": "training steps between the weights that sampled this step's batch and the policy being "
+                         "trained (rollout.staleness > 0 only; smaller during the first steps)",
     "mem/peak_rss_mb": "peak resident memory of the process so far (MiB)",
     "mem/gpu_peak_mb": "peak GPU memory allocated by torch in the process so far (MiB; CUDA runs only: weights, "
                        "optimizer state, activations, KV cache)",

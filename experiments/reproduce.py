@@ -33,7 +33,7 @@ IGNORED_CONFIG_KEYS = {"out_dir"}  # where the run is written, not what it compu
 # fields added to the config after some data was committed, with the value that keeps the old behaviour: absent in
 # the committed config and at this value now is no difference (any other value is)
 ADDED_FIELDS = {"train.eval_temperature": None, "task.filler_position": "before", "task.filler_demo_max": None,
-                "task.verdict": False}
+                "task.verdict": False, "rollout.staleness": 0}
 
 
 def committed_config(meta: dict, run: str) -> dict:

@@ -27,7 +27,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections import defaultdict
+from collections import defaultdict, deque
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -180,6 +180,10 @@ class Setup:
     bad_ids: torch.Tensor | None = None  # token ids that make a response invalid when they occur inside it
     timers: dict = field(default_factory=lambda: defaultdict(float))  # seconds per phase, cumulative
     device: torch.device = field(default_factory=lambda: torch.device("cpu"))
+    # rollout.staleness > 0: a frozen copy of the policy that samples the training batches, and the policy's
+    # weights after each of the last staleness + 1 updates (oldest first; the sampler gets the oldest)
+    sampler: torch.nn.Module | None = None
+    history: deque | None = None
 
     _params: tuple = field(default=(None, ()), repr=False)  # (policy, its parameters): see policy_params
 
@@ -387,8 +391,15 @@ def make_setup(cfg: TrainConfig, task, codec, policy, sft_info: dict | None = No
     # special tokens other than <eos> inside a response make it invalid (decoding would silently drop them)
     bad_ids = torch.tensor(sorted(set(codec.tokenizer.all_special_ids) - {codec.eos_id}), dtype=torch.long,
                            device=device)
+    sampler = history = None
+    if cfg.rollout.staleness:
+        sampler, history = frozen_copy(policy), deque([_weights_copy(policy)])
     return Setup(cfg, task, codec, policy, reference, critic, engine, sampling, eval_sampling,
-                 dict(sft_info or {}), bad_ids=bad_ids, device=device)
+                 dict(sft_info or {}), bad_ids=bad_ids, device=device, sampler=sampler, history=history)
+
+
+def _weights_copy(model: torch.nn.Module) -> dict:
+    return {k: v.detach().clone() for k, v in model.state_dict().items()}
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -1028,6 +1039,8 @@ def save_checkpoint(run_dir: Path, s: Setup, opt, critic_opt, state: dict):
         save_file({k: v.contiguous() for k, v in s.critic.state_dict().items()}, tmp / "critic.safetensors")
         torch.save(critic_opt.state_dict(), tmp / "critic_optimizer.pt")
     torch.save({"torch": torch.get_rng_state()}, tmp / "rng.pt")
+    if s.history is not None:  # the stale sampler's weights to come
+        torch.save(list(s.history), tmp / "sampler_history.pt")
     (tmp / "state.json").write_text(json.dumps(state))
     last = run_dir / "checkpoints" / "last"
     old = run_dir / "checkpoints" / "old"
@@ -1060,6 +1073,9 @@ def _load_checkpoint(last: Path, s: Setup, opt, critic_opt) -> dict:
         critic_opt.load_state_dict(torch.load(last / "critic_optimizer.pt", weights_only=True,
                                               map_location=s.device))
     torch.set_rng_state(torch.load(last / "rng.pt", weights_only=True)["torch"])
+    if s.history is not None:
+        s.history.clear()
+        s.history.extend(torch.load(last / "sampler_history.pt", weights_only=True, map_location=s.device))
     return json.loads((last / "state.json").read_text())
 
 
@@ -1241,12 +1257,25 @@ def train_step(s: Setup, state: dict, opt, critic_opt) -> tuple[dict, Batch]:
     s, sched = at_step(s, state, step)  # the objective and sampling temperature in effect at this step
     phases_before = dict(s.timers)
     t0 = time.perf_counter()
-    train_b, all_b, cm = collect(s, step, state)
+    if s.sampler is not None:  # stale rollouts: sample with the weights of len(history) - 1 updates ago
+        s.sampler.load_state_dict(s.history[0])
+        s.engine.sync_weights(s.sampler)
+        try:
+            train_b, all_b, cm = collect(s, step, state)
+        finally:
+            s.engine.sync_weights(s.policy)  # evaluation samples the current weights
+        cm["rollout/staleness"] = len(s.history) - 1
+    else:
+        train_b, all_b, cm = collect(s, step, state)
     t1 = time.perf_counter()
     m = {**rollout_metrics(all_b, s.task), **cm, **sched}
     if train_b is not None:
         m.update(update(s, train_b, opt, critic_opt, step))
         s.engine.sync_weights(s.policy)  # the next rollout (and evaluation) samples from the updated weights
+    if s.history is not None:
+        s.history.append(_weights_copy(s.policy))
+        while len(s.history) > s.cfg.rollout.staleness + 1:
+            s.history.popleft()
     control_temperature(s, state, m)  # rollout.temperature_control: the next step's temperature
     t2 = time.perf_counter()
     state["tokens"] += m["rollout/tokens"]
