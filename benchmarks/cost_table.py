@@ -24,6 +24,7 @@ import argparse
 import gc
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -35,7 +36,6 @@ import torch
 
 from experiments.train import _git_commit, _versions
 
-PRESETS = ("ppo", "grpo", "dr_grpo", "dapo", "gspo")
 ARMS = {
     "ppo": ["objective=ppo"],
     "ppo_g8": ["objective=ppo", "objective.group_size=8"],
@@ -129,8 +129,9 @@ def main(argv=None) -> int:
         return 2
     out.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
-    tmp = Path(tempfile.mkdtemp(prefix="cost_table_"))
+    tmp = None
     if args.device == "cuda":
+        tmp = Path(tempfile.mkdtemp(prefix="cost_table_"))  # the built model folder and data file, removed below
         folder, data = _cuda_model(args.model, tmp)
         models = {folder.name: [f"model.path={folder}", "task.name=dataset", f"task.path={data}",
                                 "task.format=gsm8k", f"task.max_response_tokens={args.max_response_tokens}",
@@ -179,6 +180,8 @@ def main(argv=None) -> int:
     if args.device == "cuda":
         meta["gpu"] = torch.cuda.get_device_name(0)
         meta["model_params"] = {m: _n_params(mo) for m, mo in models.items()}
+    if tmp is not None:
+        shutil.rmtree(tmp, ignore_errors=True)
     (out / "cost.json").write_text(json.dumps({"presets": rows, "scaling": scaling, "meta": meta}, indent=1))
     write_table(rows, scaling, meta, out)
     if scaling:
@@ -191,9 +194,10 @@ def _n_params(overrides: list[str]) -> int:
     folder = next(o.split("=", 1)[1] for o in overrides if o.startswith("model.path="))
     from transformers import AutoConfig, AutoModelForCausalLM
 
+    from rollout.models import n_params
+
     with torch.device("meta"):
-        m = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(folder))
-    return sum(p.numel() for p in m.parameters())
+        return n_params(AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(folder)))
 
 
 def _mem(r: dict) -> float:

@@ -216,8 +216,8 @@ class RolloutConfig:
         _choice("rollout.engine", self.engine, tuple(ENGINES))
         _choice("rollout.chat_template", self.chat_template, ("auto", "none"))
         if isinstance(self.staleness, bool) or not isinstance(self.staleness, int) or not 0 <= self.staleness <= 64:
-            raise ConfigError(f"rollout.staleness must be an int in [0, 64] (updates the sampler lags behind the "
-                              f"policy), got {self.staleness!r}")
+            raise ConfigError(f"rollout.staleness must be an int in [0, 64] (training steps the sampler lags "
+                              f"behind the policy), got {self.staleness!r}")
         if self.staleness and self.engine != "hf":
             raise ConfigError(f"rollout.staleness > 0 needs rollout.engine=hf (the {self.engine!r} engine would have "
                               "to be loaded with lagged weights every step; not built)")

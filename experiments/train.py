@@ -181,7 +181,7 @@ class Setup:
     timers: dict = field(default_factory=lambda: defaultdict(float))  # seconds per phase, cumulative
     device: torch.device = field(default_factory=lambda: torch.device("cpu"))
     # rollout.staleness > 0: a frozen copy of the policy that samples the training batches, and the policy's
-    # weights after each of the last staleness + 1 updates (oldest first; the sampler gets the oldest)
+    # weights after each of the last staleness + 1 training steps (oldest first; the sampler gets the oldest)
     sampler: torch.nn.Module | None = None
     history: deque | None = None
 
@@ -1257,7 +1257,7 @@ def train_step(s: Setup, state: dict, opt, critic_opt) -> tuple[dict, Batch]:
     s, sched = at_step(s, state, step)  # the objective and sampling temperature in effect at this step
     phases_before = dict(s.timers)
     t0 = time.perf_counter()
-    if s.sampler is not None:  # stale rollouts: sample with the weights of len(history) - 1 updates ago
+    if s.sampler is not None:  # stale rollouts: sample with the weights of len(history) - 1 training steps ago
         s.sampler.load_state_dict(s.history[0])
         s.engine.sync_weights(s.sampler)
         try:
