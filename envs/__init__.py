@@ -2,6 +2,7 @@
 
     task = make_task("arithmetic", max_digits=3, ops=["+"])
     task = make_task("dataset", path="train.jsonl", format="gsm8k", eval_path="test.jsonl")
+    task = make_task("mixture", components=[{"name": "arithmetic", "ops": "+"}, {"name": "countdown"}])
     spec = task_spec(task)            # plain dict of every resolved setting, for a run's config.yaml
     same = make_task(**spec)          # rebuilds an equal task
 
@@ -18,6 +19,7 @@ from .arithmetic import ArithmeticConfig, ArithmeticTask
 from .base import NumericProblem, Problem, RewardResult, Task
 from .countdown import CountdownConfig, CountdownTask
 from .dataset import DatasetConfig, DatasetTask
+from .mixture import MixtureConfig, MixtureTask
 from .mathcheck import MathVerdict, check_answer, extract_answer
 from .safe_eval import SafeEvalLimits, SafeEvalResult, safe_eval
 from .tokenizer import (
@@ -52,6 +54,7 @@ def register_task(name: str, config_cls: type, factory: Callable[[object], Task]
 register_task("arithmetic", ArithmeticConfig, ArithmeticTask)
 register_task("countdown", CountdownConfig, CountdownTask)
 register_task("dataset", DatasetConfig, DatasetTask)
+register_task("mixture", MixtureConfig, MixtureTask)
 
 
 def task_names() -> tuple[str, ...]:
@@ -107,6 +110,8 @@ __all__ = [
     "DatasetConfig",
     "DatasetTask",
     "MathVerdict",
+    "MixtureConfig",
+    "MixtureTask",
     "NumericProblem",
     "Problem",
     "RewardResult",

@@ -506,7 +506,8 @@ def load_config(path: str | Path | None = None, overrides: list[str] | tuple = (
             base.objective = _preset_node(preset)
         for obj in obj_layers:
             base = OmegaConf.merge(base, OmegaConf.create({"objective": obj}))
-        task_dotted = [d for d in dotted if d.split("=", 1)[0].strip().startswith("task.")]
+        task_dotted = [d for d in dotted if d.split("=", 1)[0].strip() == "task"  # task=NAME or task={...}
+                       or d.split("=", 1)[0].strip().startswith("task.")]
         dotted = [d for d in dotted if d not in task_dotted]
         if task_dotted:
             task = _merge_task(task, OmegaConf.to_container(OmegaConf.from_dotlist(task_dotted))["task"])

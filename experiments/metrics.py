@@ -65,6 +65,10 @@ METRICS = {
                              "(before dynamic sampling; adv/zero_var_frac is the same on the training batch)",
     "adv/group_weight_k{k}": "mean over the step's groups with k correct responses (of G) of the group's total "
                              "advantage weight sum_i |A_i| (sequence-level advantage); only for k that occurred",
+    "adv/weight_share_d{d}": "tasks with several difficulties: share of the loss's advantage weight "
+                             "sum_{i,t} w_it |A_it| (w = the aggregation's per-token weights) carried by the "
+                             "responses of difficulty d; the shares sum to 1 (NaN when every advantage is 0). "
+                             "experiments.train.weight_shares",
     "adv/groups_k{k}": "number of groups with k correct responses this step (weights adv/group_weight_k{k})",
     "adv/group_weight_g{g}_k{k}": "adaptive group sizes: adv/group_weight_k{k} over the groups of size g only",
     "adv/groups_g{g}_k{k}": "adaptive group sizes: number of groups of size g with k correct responses",

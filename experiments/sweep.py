@@ -205,6 +205,8 @@ def _yaml_value(v) -> str:
         return "null"
     if isinstance(v, (list, tuple)):
         return "[" + ",".join(_yaml_value(x) for x in v) + "]"
+    if isinstance(v, dict):  # a whole section (e.g. task: {name: mixture, components: [...]}): JSON is a flow
+        return json.dumps(v)  # mapping the dotlist parser reads back exactly
     return str(v)
 
 

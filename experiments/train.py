@@ -219,6 +219,23 @@ def corrupt_digit(text: str, rng) -> str:
     return text[:i] + wrong + text[i + 1:]
 
 
+def demonstrations(cfg: TrainConfig, task, probs, rng, noisy: bool) -> list[str]:
+    """The warm start's target completions for `probs`: the task's reference answers, and in the noisy phase each
+    one corrupted (one wrong digit) with probability sft.noise, or the task's own per-problem rate where it has
+    one (a mixture's per-component `sft_noise`, None = sft.noise)."""
+    targets = [task.sft_target(p, rng) for p in probs]
+    per_problem = getattr(task, "sft_noise", None)
+    if per_problem is not None and noisy:
+        rates = [per_problem(p) for p in probs]
+        rates = [cfg.sft.noise if r is None else r for r in rates]
+        targets = [corrupt_digit(t, rng) if rng.random() < r else t for t, r in zip(targets, rates)]
+    elif noisy and cfg.sft.noise:
+        targets = [corrupt_digit(t, rng) if rng.random() < cfg.sft.noise else t for t in targets]
+        if hasattr(task, "relabel"):  # e.g. a verdict that must follow the altered answer
+            targets = [task.relabel(p, t) for p, t in zip(probs, targets)]
+    return targets
+
+
 SFT_VALIDATION_SIZE = 512
 
 
@@ -281,12 +298,7 @@ def warm_start(cfg: TrainConfig, task, codec: Codec | None = None, cache_dir=Non
 
         def batch(step, rng, noisy):
             probs = task.prompts(sft_seed, step * cfg.sft.batch_size, cfg.sft.batch_size)
-            targets = [task.sft_target(p, rng) for p in probs]
-            if noisy and cfg.sft.noise:
-                targets = [corrupt_digit(t, rng) if rng.random() < cfg.sft.noise else t for t in targets]
-                if hasattr(task, "relabel"):  # e.g. a verdict that must follow the altered answer
-                    targets = [task.relabel(p, t) for p, t in zip(probs, targets)]
-            return texts(probs), targets
+            return texts(probs), demonstrations(cfg, task, probs, rng, noisy)
 
         def batch_fn(step, rng):  # the fixed schedule turns noisy at noise_start; with until_acc, never
             return batch(step, rng, until is None and step >= cfg.sft.noise_start * cfg.sft.steps)
@@ -328,7 +340,7 @@ def _warm_start_code(task) -> str:
     from rollout.sft import code_fingerprint
 
     return code_fingerprint(rollout.sft, rollout.models, rollout.scoring, rollout.fastlm, rollout.engine, envs.base,
-                            envs.tokenizer, inspect.getmodule(type(task)), warm_start, corrupt_digit,
+                            envs.tokenizer, inspect.getmodule(type(task)), warm_start, corrupt_digit, demonstrations,
                             _competence_check, decode_responses)
 
 
@@ -909,6 +921,27 @@ def rollout_metrics(b: Batch, task) -> dict:
     return m
 
 
+def weight_shares(adv: torch.Tensor, mask: torch.Tensor, difficulty: torch.Tensor, difficulties, agg: str,
+                  max_len: int | None) -> dict:
+    """adv/weight_share_d<d>: the share of the loss's advantage weight that difficulty d's responses carry.
+
+    The policy-gradient loss is agg(-A * ratio) and its gradient at ratio = 1 is -sum_{i,t} w_it A_it grad logp_it,
+    where w_it are the aggregation's per-token weights (1/(B'|y_i|) under seq_mean_token_mean, 1/sum|y| under
+    token_mean, ...). The advantage weight of a set of responses is sum over their tokens of w_it |A_it|; since
+    agg is linear in the per-token loss, that is agg(|A| * [row in set]) with the batch's own mask, so the shares
+    of all difficulties sum to 1. It measures how much of the update each bucket is allowed to drive (its
+    directions may still cancel); NaN on a step whose advantages are all zero. Difficulty-bias study (issue 12.4).
+    """
+    absadv = adv.abs().masked_fill(~mask, 0.0)
+    total = float(algos.aggregate(absadv, mask, agg, max_len))
+    out = {}
+    for d in difficulties:
+        rows = (difficulty == d).unsqueeze(-1)
+        part = float(algos.aggregate(absadv * rows, mask, agg, max_len))
+        out[f"adv/weight_share_d{d}"] = part / total if total > 0 else float("nan")
+    return out
+
+
 def update(s: Setup, b: Batch, opt, critic_opt, step: int) -> dict:
     """Advantages, then n_epochs x n_minibatches optimizer steps. Returns metrics."""
     obj = s.cfg.objective
@@ -935,6 +968,8 @@ def update(s: Setup, b: Batch, opt, critic_opt, step: int) -> dict:
                                                         old_logp=b.old_logp, ref_logp=kl_ref, max_len=max_len,
                                                         group_sizes=b.group_sizes)
     m.update({k: _to_float(v) for k, v in rename(am).items()})
+    if len(s.task.difficulties) > 1:
+        m.update(weight_shares(adv, mask, b.difficulty, s.task.difficulties, obj.loss.agg, max_len))
     G = obj.group_size
     if b.group_sizes is not None:
         m.update(_group_weights_by_size(adv, mask, b.correct, b.group_sizes))

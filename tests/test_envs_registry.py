@@ -9,8 +9,8 @@ from envs.arithmetic import ArithmeticConfig, ArithmeticTask
 
 
 def test_names():
-    assert task_names() == ("arithmetic", "countdown", "dataset")
-    assert sorted(envs.TASKS) == ["arithmetic", "countdown", "dataset"]
+    assert task_names() == ("arithmetic", "countdown", "dataset", "mixture")
+    assert sorted(envs.TASKS) == ["arithmetic", "countdown", "dataset", "mixture"]
 
 
 def test_unknown_task_lists_valid_names():

@@ -81,6 +81,23 @@ def test_train_on_a_model_folder(toy_model, tmp_path, monkeypatch):
     assert (run / "done").exists() and (run / "checkpoints" / "last" / "policy" / "config.json").is_file()
 
 
+def test_mixture_task_on_a_model_folder(toy_model, tmp_path, monkeypatch):
+    """The difficulty study's mixture task through the folder's BPE tokenizer: per-component metrics and weight
+    shares, a warm start with per-component noise."""
+    monkeypatch.setenv("OBJBENCH_CACHE", str(tmp_path / "cache"))
+    comps = [{"name": "arithmetic", "ops": "+", "max_digits": 1, "difficulty_weights": {1: 1}, "eval_per_difficulty": 4},
+             {"name": "arithmetic", "ops": "*", "max_digits": 1, "difficulty_weights": {1: 1}, "eval_per_difficulty": 4}]
+    cfgfile = tmp_path / "mix.json"
+    cfgfile.write_text(json.dumps({"task": {"name": "mixture", "components": comps, "sft_noise": [0.0, 0.5]}}))
+    out = tmp_path / "runs"
+    rc = main(["train", "--quiet", "--config", str(cfgfile), f"model.path={toy_model}", "sft.steps=20",
+               "sft.batch_size=16", "train.steps=2", f"out_dir={out}", "name=m", *FAST])
+    assert rc == 0
+    rows = _rows(out / "m" / "metrics.jsonl")
+    assert any("reward/acc_d2" in r for r in rows) and all("adv/weight_share_d1" in r for r in rows)
+    assert {"eval/pass@1_d1", "eval/pass@1_d2"} <= set(_rows(out / "m" / "eval.jsonl")[-1])
+
+
 def test_pretrained_without_sft_starts_from_the_folder_weights(toy_model, tmp_path, monkeypatch):
     monkeypatch.setenv("OBJBENCH_CACHE", str(tmp_path / "cache"))
     cfg = load_config(None, [f"model.path={toy_model}", "task.name=arithmetic", f"out_dir={tmp_path}"])
