@@ -327,9 +327,10 @@ def difficulty_bias(runs, out: Path, dpi: int = 120, plan=None) -> list[str]:
         for r in d.itertuples():
             L.append(f"| {arm} | {r.k} | {r.p:.3f} | {r.groups} | {_fmt(r.measured)} | {_fmt(r.closed_form)} | "
                      f"{_fmt(r.measured / mid if mid else float('nan'))} |")
+    G0 = int(df["G"].iloc[0]) if len(df) else 8
     L += ["", "Also in [difficulty_bias.csv](difficulty_bias.csv). The last column shows the shape: the weight of "
-          "a hard (p = 1/8) or easy (p = 7/8) group relative to a p = 1/2 group; closed forms give "
-          f"{math.sqrt(7) / 4:.3f} (std) and {7 / 16:.3f} (none) for G = 8.", ""]
+          f"a hard (p = 1/{G0}) or easy (p = {G0 - 1}/{G0}) group relative to a p = 1/2 group; closed forms give "
+          f"{math.sqrt(G0 - 1) / (G0 / 2):.3f} (std) and {4 * (G0 - 1) / G0**2:.3f} (none) for G = {G0}.", ""]
     fig, ax = plt.subplots(figsize=(6.2, 4.2))
     for arm in arms:
         d = df[(df["arm"] == arm) & (df["groups"] > 0)]
@@ -349,6 +350,7 @@ def difficulty_bias(runs, out: Path, dpi: int = 120, plan=None) -> list[str]:
     plt.close(fig)
     L += ["![weight against pass rate](weight_vs_pass_rate.png)", ""]
     buckets = sorted({mm for mm in m["metric"].unique() if mm.startswith("reward/acc_d")})
+    L += _bucket_curves(runs, out, buckets, arms, colors, dpi)
     wt = window_table(runs, buckets)
     if not wt.empty:
         L += ["Training accuracy per difficulty bucket, start vs. end:", ""] + _md_window(wt) + [""]
@@ -359,6 +361,89 @@ def difficulty_bias(runs, out: Path, dpi: int = 120, plan=None) -> list[str]:
         L += ["Paired by seed: gain (end - start) of training accuracy per bucket, arm minus group_std:", ""]
         L += _md_paired(pr, "a - b", declared_left_out=n_decl) + [""]
     return L
+
+
+def _bucket_names(runs) -> dict[int, str]:
+    """Bucket number -> words for a mixture's subtasks ("arithmetic - 2-digit"); {} for other tasks."""
+    c = runs.configs
+    if "task.name" not in c or c["task.name"].iloc[0] != "mixture" or "task.components" not in c:
+        return {}
+    comps = c["task.components"].iloc[0]
+    if isinstance(comps, str):
+        import json
+
+        try:
+            comps = json.loads(comps)
+        except ValueError:
+            return {}
+    out = {}
+    for k, comp in enumerate(comps if isinstance(comps, list) else [], start=1):
+        if not isinstance(comp, dict):
+            return {}
+        words = [str(comp.get("name"))]
+        if comp.get("name") == "arithmetic":
+            digits = [str(d) for d, w in comp.get("difficulty_weights", []) if w > 0]
+            words += ["".join(comp.get("ops", [])), "/".join(digits) + "-digit"]
+        out[k] = " ".join(words)
+    return out
+
+
+def _bucket_curves(runs, out: Path, buckets: list[str], arms, colors, dpi: int) -> list[str]:
+    """Per bucket: training accuracy and the share of the advantage weight over steps, mean over seeds per arm
+    (rolling mean of 20 steps per run), and a table of each arm's mean share per bucket (t interval over seeds)."""
+    import matplotlib.pyplot as plt
+
+    shares = [b.replace("reward/acc_d", "adv/weight_share_d") for b in buckets]
+    if not buckets or not any((runs.metrics["metric"] == s).any() for s in shares):
+        return []
+    names = _bucket_names(runs)
+    L = ["Per bucket: training accuracy (sampled, on the step's prompts) and the bucket's share of the loss's "
+         "advantage weight (adv/weight_share_d<d>: sum over its responses' tokens of w |A| over the batch's sum; "
+         "experiments.train.weight_shares), mean over steps and seeds:", "",
+         "| bucket | arm | seeds | training accuracy, mean over steps | advantage-weight share, mean over steps "
+         "| 95% CI of share | interval |", "|---|---|---|---|---|---|---|"]
+    rows = []
+    for b, sh in zip(buckets, shares):
+        d = int(b.rsplit("d", 1)[1])
+        acc = per_run_values(runs.metrics, b, Window("auc"))
+        wsh = per_run_values(runs.metrics, sh, Window("auc"))
+        for arm in arms:
+            a = acc[acc["arm"] == arm]["value"].to_numpy()
+            w = wsh[wsh["arm"] == arm]["value"].to_numpy()
+            if len(w) == 0:
+                continue
+            ci = mean_ci(w)
+            rows.append({"bucket": d, "arm": arm, "acc": a.mean() if len(a) else float("nan"), "share": w.mean(),
+                         "lo": ci.low, "hi": ci.high, "interval": ci.method, "n": len(w)})
+            label = f"{d}: {names[d]}" if d in names else str(d)
+            L.append(f"| {label} | {arm} | {len(w)} | {_fmt(rows[-1]['acc'])} | {_fmt(w.mean())} | "
+                     f"[{_fmt(ci.low)}, {_fmt(ci.high)}] | {ci.method} |")
+    pd.DataFrame(rows).to_csv(out / "bucket_shares.csv", index=False)
+    fig, axes = plt.subplots(2, len(buckets), figsize=(3.4 * len(buckets), 5.6), sharex=True, squeeze=False)
+    for j, (b, sh) in enumerate(zip(buckets, shares)):
+        d = int(b.rsplit("d", 1)[1])
+        for i, metric in enumerate((b, sh)):
+            ax = axes[i][j]
+            c = _curves(runs, metric, smooth=20)
+            for arm in arms:
+                cc = c[c["arm"] == arm] if not c.empty else c
+                if len(cc):
+                    ax.plot(cc["step"], cc["value"], color=colors[arm], lw=1.2, label=arm)
+            ax.grid(alpha=0.3)
+            ax.set_ylim(0, 1.02)
+            if i == 0:
+                ax.set_title(f"bucket {d}" + (f": {names[d]}" if d in names else ""), fontsize=9)
+            else:
+                ax.set_xlabel("step")
+        axes[0][0].set_ylabel("training accuracy")
+        axes[1][0].set_ylabel("share of advantage weight")
+    axes[0][0].legend(fontsize=7)
+    fig.suptitle("Per bucket, mean over seeds (rolling mean of 20 steps per run)", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(out / "buckets.png", dpi=dpi)
+    plt.close(fig)
+    return L + ["", "Also in [bucket_shares.csv](bucket_shares.csv).", "",
+                "![per-bucket accuracy and weight share](buckets.png)", ""]
 
 
 # ----------------------------------------------------------------------------------------------------- KL

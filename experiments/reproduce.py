@@ -100,7 +100,7 @@ def reproduce(data: str | Path, run: str, *, spec: str | Path | None = None, wor
     from analysis.data import read_data
     from analysis.load import load_runs
     from experiments.sweep import load_sweep
-    from experiments.train import train
+    from experiments.train import cpu_signature, train
 
     runs = read_data(data)
     meta = runs.meta
@@ -136,6 +136,8 @@ def reproduce(data: str | Path, run: str, *, spec: str | Path | None = None, wor
            "warm_start": {"committed": rec.get("warm_start_sha256"), "now": ws_now,
                           "equal": rec.get("warm_start_sha256") == ws_now},
            "metrics": compare_values(old_m, new_m), "evals": compare_values(old_e, new_e)}
+    cpu_then = (rec.get("versions") or {}).get("cpu")
+    res["cpu"] = {"committed": cpu_then, "now": cpu_signature(), "same": cpu_then == cpu_signature()}
     res["ok"] = res["warm_start"]["equal"] and not res["metrics"]["mismatches"] and not res["evals"]["mismatches"]
     return res
 
@@ -146,6 +148,10 @@ def describe(res: dict) -> str:
              f"(committed at {str(res['committed_commit'])[:12]})",
              f"  warm start sha256: committed {ws['committed']}, now {ws['now']}: "
              f"{'equal' if ws['equal'] else 'DIFFERENT'}"]
+    if "cpu" in res:
+        c = res["cpu"]
+        lines.append(f"  CPU: committed on {c['committed'] or '(not recorded)'}, now {c['now']}"
+                     + ("" if c["same"] else " (another CPU kind: float32 results need not be bit-identical)"))
     for k in ("metrics", "evals"):
         c = res[k]
         if not c["mismatches"]:

@@ -20,6 +20,7 @@ import fcntl
 import json
 import math
 import os
+import hashlib
 import platform
 import resource
 import shutil
@@ -89,11 +90,34 @@ def _git_commit() -> str:
         return "unknown"
 
 
+def cpu_signature() -> str:
+    """The CPU model, the kernel set torch dispatches to and a digest of the CPU flags ("Intel(R) Xeon(R)
+    Processor | AVX512 | flags 1a2b3c4d"). Float32 CPU
+    training is bit-identical only on the same kernel path: the same config and seed on another CPU kind give
+    other numbers (measured: the quickstart's 6000-step warm start, see tests/test_reproduce.py)."""
+    model, flags = platform.processor() or platform.machine(), ""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name") and model == (platform.processor() or platform.machine()):
+                    model = line.split(":", 1)[1].strip()
+                elif line.startswith("flags"):  # virtual machines often hide the model; the flags tell kinds apart
+                    flags = hashlib.sha256(" ".join(sorted(line.split(":", 1)[1].split())).encode()).hexdigest()[:8]
+                    break
+    except OSError:
+        pass
+    try:
+        cap = torch.backends.cpu.get_cpu_capability()
+    except Exception:  # noqa: BLE001 - older torch
+        cap = "unknown"
+    return f"{model} | {cap}" + (f" | flags {flags}" if flags else "")
+
+
 def _versions() -> dict:
     import numpy
     import transformers
     v = {"python": sys.version.split()[0], "torch": torch.__version__, "transformers": transformers.__version__,
-         "numpy": numpy.__version__, "platform": platform.platform()}
+         "numpy": numpy.__version__, "platform": platform.platform(), "cpu": cpu_signature()}
     try:
         import importlib.metadata as md
         v["objbench"] = md.version("objbench")

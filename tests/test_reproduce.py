@@ -2,7 +2,9 @@
 
 ``-m repro`` (deselected by default; CI runs it after the default suite, ~5 min on 2 cores): the quickstart's
 GRPO seed-0 run is trained again from an empty warm-start cache and every logged value is compared with
-results/quickstart/runs.csv.gz. The fast tests below check the comparison itself and run by default.
+results/quickstart/runs.csv.gz. Float32 CPU training is bit-identical only on the same CPU kind (model and the
+kernel set torch dispatches to, experiments.train.cpu_signature, recorded in every run's meta.json): on the kind
+that made the data a difference fails the test, on another it is reported (xfail) with the first difference. The fast tests below check the comparison itself and run by default.
 """
 
 from __future__ import annotations
@@ -79,6 +81,12 @@ def test_quickstart_grpo_seed0_regenerates_from_a_cold_cache(tmp_path, monkeypat
     monkeypatch.chdir(ROOT)
     res = R.reproduce(QUICKSTART, "grpo__s0", workdir=tmp_path)
     print(R.describe(res))
+    if not res["ok"] and not res["cpu"]["same"]:
+        # Measured 2026-12-05: the data committed on one CPU kind did not regenerate on an AVX512/AMX Xeon (warm
+        # start sha 3c2f0d3 vs 9247f72, and 703a717 with torch and MKL pinned to AVX2), at this commit and at the
+        # one before the change under test alike. Bit-identity holds on the kernel path the data was made with,
+        # so on another CPU kind the difference is reported, not failed; on the same kind the test fails.
+        pytest.xfail("regenerated on another CPU kind than the committed data's:\n" + R.describe(res))
     assert res["warm_start"]["equal"], R.describe(res)
     assert res["metrics"]["n"] > 1000 and res["evals"]["n"] > 50
     assert res["ok"], R.describe(res)

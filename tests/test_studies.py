@@ -112,3 +112,40 @@ def test_report_with_the_updated_spec(study, tmp_path):
     assert "(Every comparison of this table is declared in the sweep spec.)" in study_md
     for a, b in plan.comparisons:
         assert f"| {a} - {b} |" not in study_md
+
+
+def test_bucket_shares_by_hand(tmp_path):
+    """The difficulty section's per-bucket table: the mean over steps of accuracy and weight share per run, then
+    over seeds, with the mixture's subtasks named."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from analysis import studies
+    from analysis.load import Runs
+
+    rows, cfg = [], []
+    comps = [{"name": "arithmetic", "ops": ["+"], "difficulty_weights": [[1, 1.0]]},
+             {"name": "arithmetic", "ops": ["-"], "difficulty_weights": [[2, 1.0]]}]
+    for arm, share1 in (("g", 0.25), ("n", 0.5)):
+        for seed in (0, 1):
+            run = f"{arm}__s{seed}"
+            for step in (1, 2, 3):
+                # share of bucket 1: share1 + seed/10 on every step -> means g 0.30, n 0.55; bucket 2 the rest
+                s1 = share1 + seed / 10
+                vals = {"reward/acc_d1": 0.9, "reward/acc_d2": 0.1 * step,
+                        "adv/weight_share_d1": s1, "adv/weight_share_d2": 1 - s1}
+                rows += [{"run": run, "arm": arm, "seed": seed, "step": step, "tokens": 0, "metric": k, "value": v}
+                         for k, v in vals.items()]
+            cfg.append({"run": run, "arm": arm, "seed": seed, "complete": True, "path": ".",
+                        "task.name": "mixture", "task.components": comps})
+    runs = Runs(root=".", metrics=pd.DataFrame(rows), evals=pd.DataFrame(columns=["run"]),
+                configs=pd.DataFrame(cfg), sweep={"arms": ["g", "n"], "name": "t"})
+    L = studies._bucket_curves(runs, tmp_path, ["reward/acc_d1", "reward/acc_d2"], ["g", "n"],
+                               studies._colors(["g", "n"]), 60)
+    t = pd.read_csv(tmp_path / "bucket_shares.csv").set_index(["bucket", "arm"])
+    assert t.loc[(1, "g"), "share"] == pytest.approx(0.30) and t.loc[(1, "n"), "share"] == pytest.approx(0.55)
+    assert t.loc[(2, "g"), "share"] == pytest.approx(0.70)
+    # accuracy of bucket 2 rises 0.1, 0.2, 0.3: area under the curve / span = mean height 0.2
+    assert t.loc[(2, "n"), "acc"] == pytest.approx(0.2)
+    assert any("| 2: arithmetic - 2-digit | n | 2 |" in line for line in L)
+    assert (tmp_path / "buckets.png").stat().st_size > 0
