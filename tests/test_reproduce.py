@@ -90,3 +90,32 @@ def test_quickstart_grpo_seed0_regenerates_from_a_cold_cache(tmp_path, monkeypat
     assert res["warm_start"]["equal"], R.describe(res)
     assert res["metrics"]["n"] > 1000 and res["evals"]["n"] > 50
     assert res["ok"], R.describe(res)
+
+
+STUDIES = sorted(p.parent.name for p in (ROOT / "results").glob("*/runs.csv.gz"))
+
+
+@pytest.mark.repro
+@pytest.mark.parametrize("study", STUDIES)
+def test_committed_study_tables_regenerate_from_its_data(study, tmp_path, monkeypatch):
+    """Every committed study's tables come back from its committed per-run data with one command (`objbench report
+    --from-data results/<study>/runs.csv.gz`), value for value: every CSV table the report wrote equal to the
+    committed one (figures are not compared: PNG bytes depend on the matplotlib build)."""
+    from experiments.cli import main
+
+    monkeypatch.chdir(ROOT)
+    committed = ROOT / "results" / study
+    assert main(["report", "--from-data", f"results/{study}/runs.csv.gz", "--out", str(tmp_path)]) == 0
+    tables = sorted(p.name for p in committed.glob("*.csv"))
+    assert tables, f"results/{study} has no CSV tables"
+    for name in tables:
+        new = tmp_path / name
+        assert new.is_file(), f"{study}: the regenerated report has no {name}"
+        assert new.read_text() == (committed / name).read_text(), f"{study}: {name} differs from the committed one"
+
+
+def test_every_committed_study_keeps_its_data():
+    """A study folder (one with a report.md made by `objbench report`) holds the data it was computed from."""
+    for report in (ROOT / "results").glob("*/report.md"):
+        d = report.parent
+        assert (d / "runs.csv.gz").is_file() and (d / "runs_meta.json").is_file(), f"{d.name} lacks its data"
