@@ -45,6 +45,8 @@ class Panel:
         ylabel: y-axis label with unit.
         source: ``"metrics"`` (metrics.jsonl, every step) or ``"evals"`` (eval.jsonl).
         ylim: fixed y limits, or None for automatic.
+        bounds: the metric's possible range (low, high; None = unbounded): CI bands are clipped to it, since a t
+            interval over a few seeds can reach past it (an accuracy band above 1, an entropy band below 0).
     """
 
     title: str
@@ -52,20 +54,24 @@ class Panel:
     ylabel: str
     source: str = "metrics"
     ylim: tuple[float, float] | None = None
+    bounds: tuple[float | None, float | None] | None = None
 
 
 ACC_LIM = (-0.02, 1.02)
+UNIT = (0.0, 1.0)       # fractions
+NONNEG = (0.0, None)    # lengths, entropies
 TRAINING_PANELS: tuple[Panel, ...] = (
-    Panel("training reward accuracy", ("reward/acc",), "accuracy (fraction)", ylim=ACC_LIM),
-    Panel("eval accuracy (held-out, greedy)", ("eval/acc",), "accuracy (fraction)", "evals", ACC_LIM),
-    Panel("eval pass@1 (held-out, sampled)", ("eval/pass@1",), "accuracy (fraction)", "evals", ACC_LIM),
-    Panel("length of correct responses", ("length/correct",), "length (tokens)"),
-    Panel("length of incorrect responses", ("length/incorrect",), "length (tokens)"),
-    Panel("policy entropy", ("policy/entropy",), "entropy (nats/token)"),
-    Panel("KL to reference", ("kl/exact", "kl/k3", "kl/k1", "kl/k2"), "KL (nats/token)"),
-    Panel("clipped tokens, ratio < 1 - eps_low", ("policy/clipfrac_low",), "fraction of tokens"),
-    Panel("clipped tokens, ratio > 1 + eps_high", ("policy/clipfrac_high",), "fraction of tokens"),
-    Panel("groups with zero reward variance", ("rollout/zero_var_frac", "adv/zero_var_frac"), "fraction of groups"),
+    Panel("training reward accuracy", ("reward/acc",), "accuracy (fraction)", ylim=ACC_LIM, bounds=UNIT),
+    Panel("eval accuracy (held-out, greedy)", ("eval/acc",), "accuracy (fraction)", "evals", ACC_LIM, UNIT),
+    Panel("eval pass@1 (held-out, sampled)", ("eval/pass@1",), "accuracy (fraction)", "evals", ACC_LIM, UNIT),
+    Panel("length of correct responses", ("length/correct",), "length (tokens)", bounds=NONNEG),
+    Panel("length of incorrect responses", ("length/incorrect",), "length (tokens)", bounds=NONNEG),
+    Panel("policy entropy", ("policy/entropy",), "entropy (nats/token)", bounds=NONNEG),
+    Panel("KL to reference", ("kl/exact", "kl/k3", "kl/k1", "kl/k2"), "KL (nats/token)"),  # k1 can be < 0
+    Panel("clipped tokens, ratio < 1 - eps_low", ("policy/clipfrac_low",), "fraction of tokens", bounds=UNIT),
+    Panel("clipped tokens, ratio > 1 + eps_high", ("policy/clipfrac_high",), "fraction of tokens", bounds=UNIT),
+    Panel("groups with zero reward variance", ("rollout/zero_var_frac", "adv/zero_var_frac"), "fraction of groups",
+          bounds=UNIT),
 )
 """The default learning-curve panels of the report."""
 
@@ -81,12 +87,13 @@ def _legend_label(arm: str, n: int | None) -> str:
 
 
 def draw_curves(ax, curves: pd.DataFrame, colors: Mapping[str, tuple], x: str = "step", by: str = "arm",
-                markers: bool = False, band_alpha: float = 0.2) -> dict:
+                markers: bool = False, band_alpha: float = 0.2,
+                bounds: tuple[float | None, float | None] | None = None) -> dict:
     """Draw mean lines and CI bands on ``ax``; returns ``{group: (line handle, max n)}``.
 
     Data contract: ``curves`` has columns ``[by, x, "mean", "low", "high", "n"]`` (the output of
     ``analysis.stats.mean_ci_over_seeds``); groups are drawn in the order of ``colors``, groups missing from
-    ``colors`` after them in grey. Bands are drawn where n >= 2.
+    ``colors`` after them in grey. Bands are drawn where n >= 2, clipped to ``bounds`` (the metric's range).
     """
     handles = {}
     groups = [g for g in colors if g in set(curves[by])] + [g for g in pd.unique(curves[by]) if g not in colors]
@@ -97,7 +104,10 @@ def draw_curves(ax, curves: pd.DataFrame, colors: Mapping[str, tuple], x: str = 
                           label=_legend_label(str(g), int(c["n"].max())))
         band = c[c["n"] >= 2]
         if not band.empty:
-            ax.fill_between(band[x], band["low"], band["high"], color=color, alpha=band_alpha, lw=0)
+            lo, hi = band["low"], band["high"]
+            if bounds is not None:
+                lo, hi = lo.clip(lower=bounds[0], upper=bounds[1]), hi.clip(lower=bounds[0], upper=bounds[1])
+            ax.fill_between(band[x], lo, hi, color=color, alpha=band_alpha, lw=0)
         handles[g] = (line, int(c["n"].max()))
     return handles
 
@@ -141,7 +151,8 @@ def _not_logged(ax, title: str) -> None:
 def plot_panels(panels: Sequence[tuple[str, str, pd.DataFrame | None] | None], colors: Mapping[str, tuple],
                 x: str = "step", ncols: int = 3, title: str = "", by: str = "arm",
                 ylims: Sequence[tuple[float, float] | None] | None = None, markers: Sequence[bool] | None = None,
-                panel_size: tuple[float, float] = (3.9, 2.6), sharey: bool = False):
+                panel_size: tuple[float, float] = (3.9, 2.6), sharey: bool = False,
+                bounds: Sequence[tuple[float | None, float | None] | None] | None = None):
     """A grid of learning-curve panels with one legend for the figure. Returns ``(fig, axes)`` (axes 2-D).
 
     Args:
@@ -152,6 +163,7 @@ def plot_panels(panels: Sequence[tuple[str, str, pd.DataFrame | None] | None], c
         x: x column (``"step"`` or ``"tokens"``), which also picks the x label.
         ylims: optional fixed y limits per panel.
         markers: optional per panel: mark each point (for sparse eval curves).
+        bounds: optional per panel: the metric's range, to which the CI bands are clipped.
     """
     n = len(panels)
     if n == 0:
@@ -172,7 +184,8 @@ def plot_panels(panels: Sequence[tuple[str, str, pd.DataFrame | None] | None], c
         if curves is None or len(curves) == 0:
             _not_logged(ax, ptitle)
             continue
-        drawn = draw_curves(ax, curves, colors, x=x, by=by, markers=bool(markers and markers[i]))
+        drawn = draw_curves(ax, curves, colors, x=x, by=by, markers=bool(markers and markers[i]),
+                            bounds=bounds[i] if bounds else None)
         for g, (h, n_g) in drawn.items():
             seen[g] = (seen.get(g, (h, 0))[0], max(n_g, seen.get(g, (h, 0))[1]))
         _style_x(ax, x)

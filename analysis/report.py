@@ -608,12 +608,14 @@ def _write(runs: Runs, out: Path, opts: dict, stored: dict, primary: str, primar
     curves = panel_curves(runs, TRAINING_PANELS, x=x, smooth=smooth, seed=seed)
     fig, _ = plot_panels(curves, colors, x=x, ncols=5,
                          title=f"{sweep['name']}: learning curves per arm (mean over seeds, {band}{sm})",
-                         ylims=[p.ylim for p in TRAINING_PANELS], markers=[p.source == "evals" for p in TRAINING_PANELS])
+                         ylims=[p.ylim for p in TRAINING_PANELS], markers=[p.source == "evals" for p in TRAINING_PANELS],
+                         bounds=[p.bounds for p in TRAINING_PANELS])
     name = f"curves_{x}.png"
     fig.savefig(out / name, dpi=dpi)
     figures.append((name, f"Learning curves per arm: mean over seeds, shaded 95% CI over seeds (a t interval where "
                           f"fewer than {MIN_BOOTSTRAP_N} runs cover a point, BCa bootstrap from {MIN_BOOTSTRAP_N}; "
-                          "no band where a single run covers that point)."))
+                          "no band where a single run covers that point; bands are clipped to the metric's range, "
+                          "e.g. [0, 1] for accuracies)."))
 
     # difficulty buckets: one row of panels per key family (greedy eval accuracy, the primary metric if it is
     # another eval key with buckets, training accuracy); rows padded so bucket k sits in the same column
@@ -636,7 +638,8 @@ def _write(runs: Runs, out: Path, opts: dict, stored: dict, primary: str, primar
         cells = [c for r in diff_rows for c in r + [None] * (ncols - len(r))]
         fig, _ = plot_panels([c[:3] if c else None for c in cells], colors, x=x, ncols=ncols,
                              title=f"{sweep['name']}: accuracy per difficulty bucket (mean over seeds, {band}{sm})",
-                             ylims=[ACC_LIM] * len(cells), markers=[bool(c and c[3]) for c in cells])
+                             ylims=[ACC_LIM] * len(cells), markers=[bool(c and c[3]) for c in cells],
+                             bounds=[(0.0, 1.0)] * len(cells))
         name = f"difficulty_{x}.png"
         fig.savefig(out / name, dpi=dpi)
         figures.append((name, "Accuracy per difficulty bucket (d1 = easiest)."))

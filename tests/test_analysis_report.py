@@ -367,3 +367,30 @@ def test_legend_rows_fit_the_figure_width():
             "before_token_mean"]
     assert legend_per_row(long, 9.8) == 3                       # 25 chars: 2.725 in an entry
     assert legend_per_row(long, 1.0) == 1 and legend_per_row([], 5.0) == 4  # 7 chars: 1.195 in, 4 fit in 5 in
+
+
+def test_bands_are_clipped_to_the_metrics_range():
+    """A t band over 3 seeds can reach past what the metric can be (accuracy 0.9 +- 0.3); the drawn band stops at
+    its bounds, the line is the mean as computed."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+    import pandas as pd
+
+    from analysis.plots import draw_curves
+
+    curves = pd.DataFrame({"arm": ["a"] * 3, "step": [0, 1, 2], "mean": [0.9, 0.1, 0.5],
+                           "low": [0.6, -0.2, 0.3], "high": [1.2, 0.4, 0.7], "n": [3, 3, 3]})
+    fig, ax = plt.subplots()
+    draw_curves(ax, curves, {"a": (0, 0, 1, 1)}, bounds=(0.0, 1.0))
+    ys = np.concatenate([p.get_paths()[0].vertices[:, 1] for p in ax.collections])
+    assert ys.min() == 0.0 and ys.max() == 1.0
+    assert list(ax.lines[0].get_ydata()) == [0.9, 0.1, 0.5]
+    fig2, ax2 = plt.subplots()
+    draw_curves(ax2, curves, {"a": (0, 0, 1, 1)})  # no bounds: the band as computed
+    ys2 = np.concatenate([p.get_paths()[0].vertices[:, 1] for p in ax2.collections])
+    assert ys2.min() == pytest.approx(-0.2) and ys2.max() == pytest.approx(1.2)
+    plt.close(fig)
+    plt.close(fig2)
