@@ -86,6 +86,17 @@ def _legend_label(arm: str, n: int | None) -> str:
     return f"{arm} (n={n})" if n is not None else arm
 
 
+def metric_bounds(metric: str) -> tuple[float | None, float | None] | None:
+    """The range a logged metric can take, where the name tells: accuracies, pass@k and fractions [0, 1]; lengths
+    and entropies >= 0; None otherwise (a KL estimate, a loss, an advantage)."""
+    if metric.startswith(("eval/acc", "eval/pass@", "reward/acc", "adv/weight_share")) or metric.endswith(
+            ("_frac", "clipfrac_low", "clipfrac_high")):
+        return UNIT
+    if metric.startswith(("length/", "eval/length", "policy/entropy")):
+        return NONNEG
+    return None
+
+
 def draw_curves(ax, curves: pd.DataFrame, colors: Mapping[str, tuple], x: str = "step", by: str = "arm",
                 markers: bool = False, band_alpha: float = 0.2,
                 bounds: tuple[float | None, float | None] | None = None) -> dict:
@@ -231,8 +242,11 @@ def _grid_figure(nrows: int, ncols: int, panel_size: tuple[float, float], top_in
 
 def plot_final(per_run: pd.DataFrame, summary: pd.DataFrame, colors: Mapping[str, tuple], xlabel: str,
                title: str = "", by: str = "arm", ax=None, xlim: tuple[float, float] | None = None,
-               reference: tuple[float, str] | None = None):
+               reference: tuple[float, str] | None = None,
+               bounds: tuple[float | None, float | None] | None = None):
     """Final score per arm: mean with its CI as a bar, one dot per run (seed). Returns ``(fig, ax)``.
+
+    ``bounds``: the metric's range; the CI bar is clipped to it (see :func:`metric_bounds`).
 
     ``reference``: optional ``(value, label)`` drawn as a dashed grey vertical line with a legend entry (e.g. the
     start policy's score).
@@ -253,6 +267,8 @@ def plot_final(per_run: pd.DataFrame, summary: pd.DataFrame, colors: Mapping[str
         row = summary[summary[by] == arm].iloc[0]
         color = colors[arm]
         lo, hi = row["ci_low"], row["ci_high"]
+        if bounds is not None:
+            lo, hi = (float(np.clip(v, bounds[0], bounds[1])) for v in (lo, hi))
         if np.isfinite(lo) and np.isfinite(hi):
             ax.plot([lo, hi], [y, y], color=color, lw=11, alpha=0.4, solid_capstyle="butt")
         ax.plot([row["mean"]], [y], marker="|", ms=20, mew=3, color=color)

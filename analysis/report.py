@@ -55,7 +55,7 @@ from analysis import prereg
 from analysis.inference import MIN_BOOTSTRAP_N, Comparison, compare_declared, compare_exploratory
 from analysis.load import Runs, load_runs
 from analysis.provenance import check_clean, format_seconds, library_versions, wall_time
-from analysis.plots import ACC_LIM, TRAINING_PANELS, Panel, arm_colors, plot_final, plot_panels
+from analysis.plots import ACC_LIM, TRAINING_PANELS, Panel, arm_colors, metric_bounds, plot_final, plot_panels
 from analysis.stats import CURVE_RESAMPLES, DEFAULT_RESAMPLES, mean_ci_over_seeds
 from analysis.tables import (
     Provenance,
@@ -615,7 +615,7 @@ def _write(runs: Runs, out: Path, opts: dict, stored: dict, primary: str, primar
     figures.append((name, f"Learning curves per arm: mean over seeds, shaded 95% CI over seeds (a t interval where "
                           f"fewer than {MIN_BOOTSTRAP_N} runs cover a point, BCa bootstrap from {MIN_BOOTSTRAP_N}; "
                           "no band where a single run covers that point; bands are clipped to the metric's range, "
-                          "e.g. [0, 1] for accuracies)."))
+                          "0 to 1 for accuracies)."))
 
     # difficulty buckets: one row of panels per key family (greedy eval accuracy, the primary metric if it is
     # another eval key with buckets, training accuracy); rows padded so bucket k sits in the same column
@@ -651,12 +651,13 @@ def _write(runs: Runs, out: Path, opts: dict, stored: dict, primary: str, primar
         start = _shared_start(frame, primary)
         ref = (start, f"start policy (step 0): {start:.3f}, mean over seeds") if start is not None else None
         methods = sorted(set(summ["interval"]) - {"none"})
-        fig, _ = plot_final(fs, summ, colors, xlabel=xlabel, reference=ref,
+        fig, _ = plot_final(fs, summ, colors, xlabel=xlabel, reference=ref, bounds=metric_bounds(primary),
                             title=f"{sweep['name']}: final {primary} per arm\n(bar: 95% CI of the mean, "
                                   f"{' / '.join(methods) or 'none'}; tick: mean; dots: seeds)")
         name = f"final_{_slug(primary)}.png"
         fig.savefig(out / name, dpi=dpi)
         figures.append((name, f"Final {primary} per arm ({final_def})"
+                              + ("; bars clipped to the metric's range" if metric_bounds(primary) else "")
                               + ("; dashed line: the shared start policy (step 0), mean over seeds." if ref else ".")))
 
     # ---------------------------------------------------------------- provenance of the report itself
