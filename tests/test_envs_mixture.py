@@ -169,3 +169,16 @@ def test_a_whole_task_section_as_one_override_and_in_a_sweep_spec(tmp_path):
                                 "arms": {"a": {"objective.adv.scale": "none"}}}))
     (run,) = load_sweep(spec, out_dir=str(tmp_path)).runs
     assert run.cfg.task["name"] == "mixture" and len(run.cfg.task["components"]) == 2
+
+
+def test_tasks_of_different_kinds_mix():
+    """Arithmetic with countdown: each problem keeps its own verifier (a countdown expression is checked by
+    safe_eval, never executed) and the length limits are the larger of the two."""
+    from envs.countdown import CountdownTask
+
+    t = make_task("mixture", components=[ADD1, {"name": "countdown", "eval_per_difficulty": 4}])
+    cd = next(p for p in t.prompts(0, 0, 50) if p.difficulty == 2)
+    assert isinstance(t.component(cd), CountdownTask)
+    assert t.reward(cd, cd.answer).correct and not t.reward(cd, "__import__('os')").correct
+    assert t.max_response_len() == max(c.max_response_len() for c in t.tasks)
+    assert {p.difficulty for p in t.eval_set()} == {1, 2}
