@@ -45,8 +45,6 @@ class Panel:
         ylabel: y-axis label with unit.
         source: ``"metrics"`` (metrics.jsonl, every step) or ``"evals"`` (eval.jsonl).
         ylim: fixed y limits, or None for automatic.
-        bounds: the metric's possible range (low, high; None = unbounded): CI bands are clipped to it, since a t
-            interval over a few seeds can reach past it (an accuracy band above 1, an entropy band below 0).
     """
 
     title: str
@@ -54,24 +52,20 @@ class Panel:
     ylabel: str
     source: str = "metrics"
     ylim: tuple[float, float] | None = None
-    bounds: tuple[float | None, float | None] | None = None
 
 
 ACC_LIM = (-0.02, 1.02)
-UNIT = (0.0, 1.0)       # fractions
-NONNEG = (0.0, None)    # lengths, entropies
 TRAINING_PANELS: tuple[Panel, ...] = (
-    Panel("training reward accuracy", ("reward/acc",), "accuracy (fraction)", ylim=ACC_LIM, bounds=UNIT),
-    Panel("eval accuracy (held-out, greedy)", ("eval/acc",), "accuracy (fraction)", "evals", ACC_LIM, UNIT),
-    Panel("eval pass@1 (held-out, sampled)", ("eval/pass@1",), "accuracy (fraction)", "evals", ACC_LIM, UNIT),
-    Panel("length of correct responses", ("length/correct",), "length (tokens)", bounds=NONNEG),
-    Panel("length of incorrect responses", ("length/incorrect",), "length (tokens)", bounds=NONNEG),
-    Panel("policy entropy", ("policy/entropy",), "entropy (nats/token)", bounds=NONNEG),
-    Panel("KL to reference", ("kl/exact", "kl/k3", "kl/k1", "kl/k2"), "KL (nats/token)"),  # k1 can be < 0
-    Panel("clipped tokens, ratio < 1 - eps_low", ("policy/clipfrac_low",), "fraction of tokens", bounds=UNIT),
-    Panel("clipped tokens, ratio > 1 + eps_high", ("policy/clipfrac_high",), "fraction of tokens", bounds=UNIT),
-    Panel("groups with zero reward variance", ("rollout/zero_var_frac", "adv/zero_var_frac"), "fraction of groups",
-          bounds=UNIT),
+    Panel("training reward accuracy", ("reward/acc",), "accuracy (fraction)", ylim=ACC_LIM),
+    Panel("eval accuracy (held-out, greedy)", ("eval/acc",), "accuracy (fraction)", "evals", ACC_LIM),
+    Panel("eval pass@1 (held-out, sampled)", ("eval/pass@1",), "accuracy (fraction)", "evals", ACC_LIM),
+    Panel("length of correct responses", ("length/correct",), "length (tokens)"),
+    Panel("length of incorrect responses", ("length/incorrect",), "length (tokens)"),
+    Panel("policy entropy", ("policy/entropy",), "entropy (nats/token)"),
+    Panel("KL to reference", ("kl/exact", "kl/k3", "kl/k1", "kl/k2"), "KL (nats/token)"),
+    Panel("clipped tokens, ratio < 1 - eps_low", ("policy/clipfrac_low",), "fraction of tokens"),
+    Panel("clipped tokens, ratio > 1 + eps_high", ("policy/clipfrac_high",), "fraction of tokens"),
+    Panel("groups with zero reward variance", ("rollout/zero_var_frac", "adv/zero_var_frac"), "fraction of groups"),
 )
 """The default learning-curve panels of the report."""
 
@@ -86,9 +80,14 @@ def _legend_label(arm: str, n: int | None) -> str:
     return f"{arm} (n={n})" if n is not None else arm
 
 
+UNIT = (0.0, 1.0)       # fractions
+NONNEG = (0.0, None)    # lengths, entropies
+
+
 def metric_bounds(metric: str) -> tuple[float | None, float | None] | None:
     """The range a logged metric can take, where the name tells: accuracies, pass@k and fractions [0, 1]; lengths
-    and entropies >= 0; None otherwise (a KL estimate, a loss, an advantage)."""
+    and entropies >= 0; None otherwise (a KL estimate, which k1 can make negative, a loss, an advantage). Figures
+    clip CI bands and bars to it: a t interval over a few seeds can reach past it (accuracy above 1)."""
     if metric.startswith(("eval/acc", "eval/pass@", "reward/acc", "adv/weight_share")) or metric.endswith(
             ("_frac", "clipfrac_low", "clipfrac_high")):
         return UNIT

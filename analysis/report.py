@@ -609,7 +609,7 @@ def _write(runs: Runs, out: Path, opts: dict, stored: dict, primary: str, primar
     fig, _ = plot_panels(curves, colors, x=x, ncols=5,
                          title=f"{sweep['name']}: learning curves per arm (mean over seeds, {band}{sm})",
                          ylims=[p.ylim for p in TRAINING_PANELS], markers=[p.source == "evals" for p in TRAINING_PANELS],
-                         bounds=[p.bounds for p in TRAINING_PANELS])
+                         bounds=[metric_bounds(p.keys[0]) for p in TRAINING_PANELS])
     name = f"curves_{x}.png"
     fig.savefig(out / name, dpi=dpi)
     figures.append((name, f"Learning curves per arm: mean over seeds, shaded 95% CI over seeds (a t interval where "
@@ -630,7 +630,8 @@ def _write(runs: Runs, out: Path, opts: dict, stored: dict, primary: str, primar
         row = []
         for k in bucket_keys(names, prefix):
             c = mean_ci_over_seeds(fr[fr["metric"] == k], x=x, smooth=smooth, seed=seed)
-            row.append((f"{label}, difficulty {k.rsplit('_d', 1)[1]}\n({k})", "accuracy (fraction)", c, src == "evals"))
+            row.append((f"{label}, difficulty {k.rsplit('_d', 1)[1]}\n({k})", "accuracy (fraction)", c, src == "evals",
+                        metric_bounds(k)))
         if row:
             diff_rows.append(row)
     if diff_rows:
@@ -639,7 +640,7 @@ def _write(runs: Runs, out: Path, opts: dict, stored: dict, primary: str, primar
         fig, _ = plot_panels([c[:3] if c else None for c in cells], colors, x=x, ncols=ncols,
                              title=f"{sweep['name']}: accuracy per difficulty bucket (mean over seeds, {band}{sm})",
                              ylims=[ACC_LIM] * len(cells), markers=[bool(c and c[3]) for c in cells],
-                             bounds=[(0.0, 1.0)] * len(cells))
+                             bounds=[c[4] if c else None for c in cells])
         name = f"difficulty_{x}.png"
         fig.savefig(out / name, dpi=dpi)
         figures.append((name, "Accuracy per difficulty bucket (d1 = easiest)."))

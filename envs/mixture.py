@@ -57,7 +57,7 @@ class MixtureConfig:
         comps = self.components
         if isinstance(comps, (str, Mapping)) or not isinstance(comps, Sequence) or len(comps) < 2:
             raise ValueError(f"components must be a list of at least 2 task settings, got {comps!r}")
-        resolved = []
+        resolved, tasks = [], []
         for k, comp in enumerate(comps, start=1):
             if not isinstance(comp, Mapping) or not comp.get("name"):
                 raise ValueError(f"components[{k - 1}] must be a mapping of task settings with a name, got {comp!r}")
@@ -71,7 +71,9 @@ class MixtureConfig:
             if getattr(task, "interjection_marker", None):
                 raise ValueError(f"components[{k - 1}]: the verdict interjection is not supported inside a mixture")
             resolved.append(task_spec(task))
+            tasks.append(task)
         _set(self, "components", tuple(resolved))
+        _set(self, "_tasks", tuple(tasks))  # built once here; not a field, so not part of the spec or equality
         n = len(resolved)
         weights = tuple(self.weights) if isinstance(self.weights, Sequence) and not isinstance(self.weights, str) \
             else None
@@ -102,11 +104,8 @@ class MixtureTask(Task):
     def __init__(self, config: MixtureConfig | None = None) -> None:
         if config is None:
             raise ValueError("the mixture task needs components")
-        from . import make_task
-
         self.config = config
-        self.tasks: tuple[Task, ...] = tuple(
-            make_task(c["name"], **{k: v for k, v in c.items() if k != "name"}) for c in config.components)
+        self.tasks: tuple[Task, ...] = config._tasks  # the component tasks its validation built
         self.difficulties = tuple(range(1, len(self.tasks) + 1))
         self._eval_cache: tuple[Problem, ...] | None = None
 

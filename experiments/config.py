@@ -506,8 +506,7 @@ def load_config(path: str | Path | None = None, overrides: list[str] | tuple = (
             base.objective = _preset_node(preset)
         for obj in obj_layers:
             base = OmegaConf.merge(base, OmegaConf.create({"objective": obj}))
-        task_dotted = [d for d in dotted if d.split("=", 1)[0].strip() == "task"  # task=NAME or task={...}
-                       or d.split("=", 1)[0].strip().startswith("task.")]
+        task_dotted = [d for d in dotted if _is_task_key(d.split("=", 1)[0].strip())]
         dotted = [d for d in dotted if d not in task_dotted]
         if task_dotted:
             task = _merge_task(task, OmegaConf.to_container(OmegaConf.from_dotlist(task_dotted))["task"])
@@ -621,6 +620,11 @@ def check_model(cfg: TrainConfig, *, device: bool = True) -> dict:
         return inspect_model_folder(cfg.model.path) if cfg.model.path else {}
     except ValueError as e:
         raise ConfigError(str(e)) from None
+
+
+def _is_task_key(key: str) -> bool:
+    """task=NAME, task={...} (a whole section) or task.<setting>."""
+    return key == "task" or key.startswith("task.")
 
 
 def _merge_task(task: dict, layer) -> dict:

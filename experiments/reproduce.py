@@ -136,8 +136,8 @@ def reproduce(data: str | Path, run: str, *, spec: str | Path | None = None, wor
            "warm_start": {"committed": rec.get("warm_start_sha256"), "now": ws_now,
                           "equal": rec.get("warm_start_sha256") == ws_now},
            "metrics": compare_values(old_m, new_m), "evals": compare_values(old_e, new_e)}
-    cpu_then = (rec.get("versions") or {}).get("cpu")
-    res["cpu"] = {"committed": cpu_then, "now": cpu_signature(), "same": cpu_then == cpu_signature()}
+    cpu_then, cpu_now = (rec.get("versions") or {}).get("cpu"), cpu_signature()
+    res["cpu"] = {"committed": cpu_then, "now": cpu_now, "same": cpu_then == cpu_now}
     res["ok"] = res["warm_start"]["equal"] and not res["metrics"]["mismatches"] and not res["evals"]["mismatches"]
     return res
 

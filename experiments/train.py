@@ -17,10 +17,10 @@ from __future__ import annotations
 import copy
 import dataclasses
 import fcntl
+import hashlib
 import json
 import math
 import os
-import hashlib
 import platform
 import resource
 import shutil
@@ -92,20 +92,22 @@ def _git_commit() -> str:
 
 def cpu_signature() -> str:
     """The CPU model, the kernel set torch dispatches to and a digest of the CPU flags ("Intel(R) Xeon(R)
-    Processor | AVX512 | flags 1a2b3c4d"). Float32 CPU
-    training is bit-identical only on the same kernel path: the same config and seed on another CPU kind give
-    other numbers (measured: the quickstart's 6000-step warm start, see tests/test_reproduce.py)."""
-    model, flags = platform.processor() or platform.machine(), ""
+    Processor | AVX512 | flags 1a2b3c4d"). Float32 CPU training is bit-identical only on the same kernel path: the
+    same config and seed on another CPU kind give other numbers (measured: the quickstart's 6000-step warm start,
+    see tests/test_reproduce.py)."""
+    info: dict[str, str] = {}  # the first "model name" and "flags" lines of /proc/cpuinfo
     try:
         with open("/proc/cpuinfo") as f:
             for line in f:
-                if line.startswith("model name") and model == (platform.processor() or platform.machine()):
-                    model = line.split(":", 1)[1].strip()
-                elif line.startswith("flags"):  # virtual machines often hide the model; the flags tell kinds apart
-                    flags = hashlib.sha256(" ".join(sorted(line.split(":", 1)[1].split())).encode()).hexdigest()[:8]
+                key, _, value = line.partition(":")
+                info.setdefault(key.strip(), value.strip())
+                if "model name" in info and "flags" in info:
                     break
     except OSError:
         pass
+    model = info.get("model name") or platform.processor() or platform.machine()
+    # virtual machines often hide the model; the flags tell kinds apart
+    flags = hashlib.sha256(" ".join(sorted(info["flags"].split())).encode()).hexdigest()[:8] if "flags" in info else ""
     try:
         cap = torch.backends.cpu.get_cpu_capability()
     except Exception:  # noqa: BLE001 - older torch
@@ -249,14 +251,13 @@ def demonstrations(cfg: TrainConfig, task, probs, rng, noisy: bool) -> list[str]
     one (a mixture's per-component `sft_noise`, None = sft.noise)."""
     targets = [task.sft_target(p, rng) for p in probs]
     per_problem = getattr(task, "sft_noise", None)
-    if per_problem is not None and noisy:
-        rates = [per_problem(p) for p in probs]
-        rates = [cfg.sft.noise if r is None else r for r in rates]
-        targets = [corrupt_digit(t, rng) if rng.random() < r else t for t, r in zip(targets, rates)]
-    elif noisy and cfg.sft.noise:
-        targets = [corrupt_digit(t, rng) if rng.random() < cfg.sft.noise else t for t in targets]
-        if hasattr(task, "relabel"):  # e.g. a verdict that must follow the altered answer
-            targets = [task.relabel(p, t) for p, t in zip(probs, targets)]
+    if not noisy or (per_problem is None and not cfg.sft.noise):
+        return targets
+    rates = ([cfg.sft.noise] * len(probs) if per_problem is None
+             else [cfg.sft.noise if r is None else r for r in map(per_problem, probs)])
+    targets = [corrupt_digit(t, rng) if rng.random() < r else t for t, r in zip(targets, rates)]
+    if hasattr(task, "relabel"):  # e.g. a verdict that must follow the altered answer
+        targets = [task.relabel(p, t) for p, t in zip(probs, targets)]
     return targets
 
 
@@ -957,13 +958,11 @@ def weight_shares(adv: torch.Tensor, mask: torch.Tensor, difficulty: torch.Tenso
     directions may still cancel); NaN on a step whose advantages are all zero. Difficulty-bias study (issue 12.4).
     """
     absadv = adv.abs().masked_fill(~mask, 0.0)
-    total = float(algos.aggregate(absadv, mask, agg, max_len))
-    out = {}
-    for d in difficulties:
-        rows = (difficulty == d).unsqueeze(-1)
-        part = float(algos.aggregate(absadv * rows, mask, agg, max_len))
-        out[f"adv/weight_share_d{d}"] = part / total if total > 0 else float("nan")
-    return out
+    sums = [algos.aggregate(absadv, mask, agg, max_len)]
+    sums += [algos.aggregate(absadv * (difficulty == d).unsqueeze(-1), mask, agg, max_len) for d in difficulties]
+    total, *parts = torch.stack(sums).tolist()  # one device sync, not one per difficulty
+    return {f"adv/weight_share_d{d}": part / total if total > 0 else float("nan")
+            for d, part in zip(difficulties, parts)}
 
 
 def update(s: Setup, b: Batch, opt, critic_opt, step: int) -> dict:
