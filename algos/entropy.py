@@ -10,7 +10,7 @@ import torch
 
 from algos._checks import check_float
 
-__all__ = ["token_entropy"]
+__all__ = ["token_entropy", "entropy_from_log_probs"]
 
 
 def token_entropy(logits: torch.Tensor) -> torch.Tensor:
@@ -20,7 +20,13 @@ def token_entropy(logits: torch.Tensor) -> torch.Tensor:
     Args: logits (..., V), e.g. (B, T, V).  Returns: (...), e.g. (B, T), in the logits' dtype.
     """
     check_float(logits, "logits")
-    logp = torch.log_softmax(logits, dim=-1)
+    return entropy_from_log_probs(torch.log_softmax(logits, dim=-1))
+
+
+def entropy_from_log_probs(logp: torch.Tensor) -> torch.Tensor:
+    """The same entropy from normalised log-probs ``logp`` (..., V) (e.g. a log_softmax the caller already has):
+    -sum_v exp(logp_v) logp_v, zero-probability entries contributing 0."""
+    check_float(logp, "logp")
     p = logp.exp()
     plogp = torch.where(p > 0, p * logp, torch.zeros_like(logp))
     return -plogp.sum(-1)

@@ -31,7 +31,7 @@ import torch
 from algos._checks import check_float
 from algos.registry import KL_ESTIMATORS
 
-__all__ = ["estimate", "exact_kl", "exact_kl_both", "KL_ESTIMATORS", "KL_DIRECTIONS", "VALUE_FORMS"]
+__all__ = ["estimate", "exact_kl", "exact_kl_both", "exact_kl_both_from_log_probs", "KL_ESTIMATORS", "KL_DIRECTIONS", "VALUE_FORMS"]
 
 _X_CLAMP = 20.0
 KL_DIRECTIONS = ("reverse", "forward")
@@ -160,6 +160,12 @@ def exact_kl_both(logits: torch.Tensor, ref_logits: torch.Tensor) -> tuple[torch
     each log_softmax computed once."""
     check_float(logits, "logits")
     check_float(ref_logits, "ref_logits", shape=logits.shape)
-    logp = torch.log_softmax(logits, dim=-1)
-    ref = torch.log_softmax(ref_logits, dim=-1)
+    return exact_kl_both_from_log_probs(torch.log_softmax(logits, dim=-1), torch.log_softmax(ref_logits, dim=-1))
+
+
+def exact_kl_both_from_log_probs(logp: torch.Tensor, ref: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(KL(pi || pi_ref), KL(pi_ref || pi)) per position from normalised log-probs (..., V) of both policies (a
+    log_softmax the caller already has)."""
+    check_float(logp, "logp")
+    check_float(ref, "ref", shape=logp.shape)
     return _kl_from_log_probs(logp, ref), _kl_from_log_probs(ref, logp)

@@ -979,8 +979,10 @@ def update(s: Setup, b: Batch, opt, critic_opt, step: int) -> dict:
         ref = None
         if s.reference is not None:
             with timed(s, "reference"):
-                ref = score(s.reference, b.prompt_ids, b.prompt_mask, b.response_ids, b.response_mask,
-                            temperature=s.cfg.rollout.temperature, with_entropy=False, with_logits=True)
+                with torch.inference_mode():  # cheaper than no_grad; the log-probs the loss keeps are cloned out
+                    ref = score(s.reference, b.prompt_ids, b.prompt_mask, b.response_ids, b.response_mask,
+                                temperature=s.cfg.rollout.temperature, with_entropy=False, with_logits=True)
+                ref.logp = ref.logp.clone()
         values = None
         if s.critic is not None:
             with timed(s, "critic"):
@@ -1021,7 +1023,8 @@ def update(s: Setup, b: Batch, opt, critic_opt, step: int) -> dict:
             want_logits = first_pass and ref is not None
             with timed(s, "forward"):
                 sc = score(s.policy, b.prompt_ids[rows], b.prompt_mask[rows], b.response_ids[rows],
-                           b.response_mask[rows], temperature=s.cfg.rollout.temperature, with_logits=want_logits)
+                           b.response_mask[rows], temperature=s.cfg.rollout.temperature, with_logits=want_logits,
+                           entropy_grad=obj.loss.entropy_coef != 0.0)
             with timed(s, "loss"):
                 loss, lm = algos.compute_loss(
                     obj, logp=sc.logp, old_logp=b.old_logp[rows], advantages=adv[rows], mask=mk,
@@ -1064,7 +1067,7 @@ def update(s: Setup, b: Batch, opt, critic_opt, step: int) -> dict:
                     sums["policy/entropy"].append(_masked_mean(sc.entropy, rm))
                     if want_logits:
                         lp = sc.logp.detach()
-                        rev, fwd = KL.exact_kl_both(sc.logits.detach(), ref.logits[rows])
+                        rev, fwd = KL.exact_kl_both_from_log_probs(sc.log_probs.detach(), ref.log_probs[rows])
                         kl_parts["kl/exact"].append((rev, rm))
                         kl_parts["kl/exact_fwd"].append((fwd, rm))
                         for kind in ("k1", "k2", "k3"):

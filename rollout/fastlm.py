@@ -7,7 +7,11 @@ slow for sequences of ~15 tokens, and ``generate()``-style loops keep finished r
 computes the same function with fewer, larger operations:
 
 - fused q/k/v and gate/up projections (one matmul each), ``F.rms_norm``, attention as two batched matmuls
-  with an additive mask (finite minimum, so fully padded query rows stay finite instead of NaN);
+  with the softmax written out (``_MaskedSoftmax``: torch's CPU softmax is several times slower on rows of
+  ~10 keys, and exp() of very negative numbers takes a slow path, so the exponent is floored at -87 and
+  disallowed keys are zeroed by a 0/1 mask; a query with no allowed key gets all-zero weights, never NaN);
+- teacher-forced scoring on packed positions: only the response positions that predict a token go through
+  projections, norms and MLP, as one (N, D) batch; attention scatters them into a (rows, positions) grid;
 - sampling with a preallocated KV cache, the prompt prefilled once per *distinct* prompt (a group's G copies
   share it), and finished rows dropped from the batch as they finish.
 
@@ -29,8 +33,10 @@ uses the transformers forward unchanged.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import weakref
+from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -75,6 +81,33 @@ def _cat_bias(*linears):
     return torch.cat([_bias(l) for l in linears])
 
 
+@functools.lru_cache(maxsize=64)
+def _qkv_layout(H: int, Hkv: int, hd: int, scaling: float, dtype, device) -> tuple[torch.Tensor, torch.Tensor]:
+    """Rows of cat(Wq, Wk, Wv) that make [q, rotate_half(q), k, rotate_half(k), v], and each row's factor
+    (the attention scale on query rows, -1 on the rows rotate_half negates): fused = W[rows] * coef. Cached, so
+    made as ordinary tensors even when first asked for under inference mode (the sampler)."""
+    with torch.inference_mode(False):
+        return _make_qkv_layout(H, Hkv, hd, scaling, dtype, device)
+
+
+def _make_qkv_layout(H, Hkv, hd, scaling, dtype, device):
+    h = hd // 2
+    half = torch.cat([torch.arange(h, hd), torch.arange(0, h)])                 # rotate_half's row order
+    f64 = dict(dtype=torch.float64)  # built in float64, then cast: the scale rounds once, to the model's dtype
+    sign = torch.cat([-torch.ones(h, **f64), torch.ones(h, **f64)])
+
+    def rot(heads, base):
+        return (half[None] + hd * torch.arange(heads)[:, None]).reshape(-1) + base, sign.repeat(heads)
+
+    nq, nk = H * hd, Hkv * hd
+    rq, sq = rot(H, 0)
+    rk, sk = rot(Hkv, nq)
+    rows = torch.cat([torch.arange(nq), rq, torch.arange(nq, nq + nk), rk, torch.arange(nq + nk, nq + 2 * nk)])
+    coef = torch.cat([torch.full((nq,), scaling, **f64), sq * scaling, torch.ones(nk, **f64), sk,
+                      torch.ones(nk, **f64)])
+    return rows.to(device), coef.to(dtype=dtype, device=device)
+
+
 class _Weights:
     """The parameters of one forward, with the fused projections concatenated (differentiably)."""
 
@@ -97,16 +130,17 @@ class _Weights:
         for layer in m.layers:
             a, p = layer.self_attn, layer.mlp
             # q, rotate_half(q), k, rotate_half(k), v in ONE matmul: rotate_half is a signed permutation of each
-            # head's dims, so it can be applied to the weight rows instead of to the activations (exactly)
-            wq, wk, wv = a.q_proj.weight, a.k_proj.weight, a.v_proj.weight
-            bq, bk, bv = (_bias(l) for l in (a.q_proj, a.k_proj, a.v_proj))
-            rq, rk = self._rot(self.H), self._rot(self.Hkv)
+            # head's dims, so it can be applied to the weight rows instead of to the activations (exactly); the
+            # attention scale 1/sqrt(hd) goes into the query rows (exact when it is a power of 2)
+            rows, coef = _qkv_layout(self.H, self.Hkv, self.hd, float(a.scaling), self.emb.dtype, self.emb.device)
+            qkv = (a.q_proj, a.k_proj, a.v_proj)
+            wqkv = torch.cat([l.weight for l in qkv])[rows] * coef[:, None]
+            bqkv = None
+            if any(l.bias is not None for l in qkv):
+                bqkv = torch.cat([_bias(l) for l in qkv])[rows] * coef
             self.layers.append((
-                (layer.input_layernorm.weight, layer.input_layernorm.variance_epsilon),
-                torch.cat([wq, wq[rq] * self._sign(self.H)[:, None], wk, wk[rk] * self._sign(self.Hkv)[:, None], wv]),
-                torch.cat([bq, bq[rq] * self._sign(self.H), bk, bk[rk] * self._sign(self.Hkv), bv])
-                if a.q_proj.bias is not None or a.k_proj.bias is not None or a.v_proj.bias is not None else None,
-                a.o_proj.weight, a.o_proj.bias, float(a.scaling),
+                (layer.input_layernorm.weight, layer.input_layernorm.variance_epsilon), wqkv, bqkv,
+                a.o_proj.weight, a.o_proj.bias,
                 (layer.post_attention_layernorm.weight, layer.post_attention_layernorm.variance_epsilon),
                 torch.cat([p.gate_proj.weight, p.up_proj.weight]), _cat_bias(p.gate_proj, p.up_proj),
                 p.down_proj.weight, p.down_proj.bias,
@@ -114,16 +148,6 @@ class _Weights:
 
     def embed(self, ids: torch.Tensor) -> torch.Tensor:
         return F.embedding(ids, self.emb, padding_idx=self.pad_idx)
-
-    def _rot(self, heads: int) -> torch.Tensor:
-        """Row order of rotate_half applied to `heads` heads: out[:h] = -in[h:], out[h:] = in[:h]."""
-        h, dev = self.hd // 2, self.emb.device
-        one = torch.cat([torch.arange(h, 2 * h, device=dev), torch.arange(0, h, device=dev)])
-        return (one[None] + self.hd * torch.arange(heads, device=dev)[:, None]).reshape(-1)
-
-    def _sign(self, heads: int) -> torch.Tensor:
-        h, like = self.hd // 2, dict(dtype=self.emb.dtype, device=self.emb.device)
-        return torch.cat([-torch.ones(h, **like), torch.ones(h, **like)]).repeat(heads)  # +-1: exact in any dtype
 
     def rope(self, pos: torch.Tensor, dtype) -> tuple[torch.Tensor, torch.Tensor]:
         """cos, sin of shape (B, 1, L, hd) for integer positions (B, L)."""
@@ -189,31 +213,76 @@ def _rms(x, w_eps):
     return F.rms_norm(x, (x.shape[-1],), w, eps)
 
 
-def _additive_mask(key_valid: torch.Tensor, L_q: int, dtype) -> torch.Tensor:
-    """(B, 1, L_q, L_k) additive mask: causal (queries are the last L_q keys) and key padding."""
+class _Mask(NamedTuple):
+    """Attention mask in the two forms the softmax uses: ``add`` (0 where allowed, the dtype's finite minimum
+    elsewhere) keeps disallowed keys out of the row maximum; ``keep`` (1.0 / 0.0) zeroes their weights."""
+    add: torch.Tensor
+    keep: torch.Tensor
+
+    def index_select(self, rows: torch.Tensor) -> "_Mask":
+        return _Mask(self.add.index_select(0, rows), self.keep.index_select(0, rows))
+
+
+def _attention_mask(key_valid: torch.Tensor, L_q: int, dtype) -> _Mask:
+    """(B, 1, L_q, L_k) masks: causal (queries are the last L_q keys) and key padding."""
     B, L_k = key_valid.shape
     dev = key_valid.device
     q_idx = torch.arange(L_k - L_q, L_k, device=dev)[:, None]
-    allowed = (torch.arange(L_k, device=dev)[None, :] <= q_idx)[None] & key_valid[:, None, :]
-    out = torch.zeros(B, 1, L_q, L_k, dtype=dtype, device=dev)
-    return out.masked_fill_(~allowed[:, None], torch.finfo(dtype).min)
+    allowed = ((torch.arange(L_k, device=dev)[None, :] <= q_idx)[None] & key_valid[:, None, :])[:, None]
+    keep = allowed.to(dtype)
+    return _Mask((keep - 1).mul_(-torch.finfo(dtype).min), keep)
 
 
-def _attend(q, k, v, mask, scaling, groups):
+# exp() of anything below this is subnormal or 0, and on CPUs both the vectorised exp and arithmetic on
+# subnormal floats fall back to slow paths (measured on this project's CPU: 30-70x for exp)
+_EXP_FLOOR = -87.0
+
+
+def _softmax_forward(s: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
+    z = s - s.amax(-1, keepdim=True)
+    e = z.clamp_(min=_EXP_FLOOR).exp_().mul_(keep)  # disallowed keys: exactly 0
+    # a row with no allowed key (a padding query) gets all-zero weights instead of 0/0
+    return e.div_(e.sum(-1, keepdim=True).clamp_(min=1.0))  # the row maximum contributes 1, so no-op elsewhere
+
+
+class _MaskedSoftmax(torch.autograd.Function):
+    """softmax(s + add) over the last dim with disallowed keys at exactly 0. Same function as torch.softmax up
+    to weights below e^-87; several times faster on CPU for rows of ~10 keys (torch's kernel vectorises
+    along the row: 470 vs 90 us for 5120 rows of 12 here)."""
+
+    @staticmethod
+    def forward(ctx, s, keep):
+        p = _softmax_forward(s, keep)
+        ctx.save_for_backward(p)
+        return p
+
+    @staticmethod
+    def backward(ctx, g):
+        (p,) = ctx.saved_tensors
+        gp = g * p
+        return gp.sub_(p * gp.sum(-1, keepdim=True)), None
+
+
+def _attend(q, k, v, mask: _Mask, groups):
+    """softmax(q k^T + mask) v, with the scale already in q; probabilities in at least float32 (as
+    transformers' eager attention; float64 models keep float64)."""
     if groups > 1:
         k = k.repeat_interleave(groups, dim=1)
         v = v.repeat_interleave(groups, dim=1)
-    s = torch.matmul(q, k.transpose(-1, -2)) * scaling + mask
-    # softmax in float32 for half-precision models (as transformers' eager attention), float64 kept
-    p = torch.softmax(s, dim=-1, dtype=torch.promote_types(q.dtype, torch.float32)).to(q.dtype)
-    return torch.matmul(p, v)
+    s = torch.matmul(q, k.transpose(-1, -2)).add_(mask.add)
+    s = s.to(torch.promote_types(q.dtype, torch.float32))
+    if torch.is_grad_enabled() and s.requires_grad:
+        p = _MaskedSoftmax.apply(s, mask.keep)
+    else:
+        p = _softmax_forward(s, mask.keep)
+    return torch.matmul(p.to(q.dtype), v)
 
 
 def _layer(x, lw, W: _Weights, cos, sin, mask, cache_kv=None, prefix_kv=None):
     """One decoder layer. With cache_kv=(K, V, at) the new keys/values are written at positions ``at`` of the
     preallocated cache and attention runs over the cache prefix; with prefix_kv=(k, v) the keys/values of a
     shared prefix come first (differentiably); otherwise attention runs over x itself. Returns (x, k, v)."""
-    n_in, wqkv, bqkv, wo, bo, scaling, n_post, wgu, bgu, wd, bd = lw
+    n_in, wqkv, bqkv, wo, bo, n_post, wgu, bgu, wd, bd = lw
     B, L, _ = x.shape
     H, Hkv, hd = W.H, W.Hkv, W.hd
     qkv = F.linear(_rms(x, n_in), wqkv, bqkv)
@@ -230,11 +299,37 @@ def _layer(x, lw, W: _Weights, cos, sin, mask, cache_kv=None, prefix_kv=None):
     elif prefix_kv is not None:
         k = torch.cat([prefix_kv[0], k], dim=2)
         v = torch.cat([prefix_kv[1], v], dim=2)
-    o = _attend(q, k, v, mask, scaling, H // Hkv)
+    o = _attend(q, k, v, mask, H // Hkv)
     x = x + F.linear(o.transpose(1, 2).reshape(B, L, H * hd), wo, bo)
+    return _mlp(x, lw), k, v
+
+
+def _mlp(x, lw):
+    """The layer's second half: x + down(silu(gate(rms(x))) * up(rms(x)))."""
+    n_post, wgu, bgu, wd, bd = lw[5:]
     g, u = F.linear(_rms(x, n_post), wgu, bgu).chunk(2, dim=-1)
-    x = x + F.linear(F.silu(g) * u, wd, bd)
-    return x, k, v
+    return x + F.linear(F.silu(g) * u, wd, bd)
+
+
+def _packed_layer(x, lw, W: _Weights, cos, sin, mask, flat, B: int, L: int, prefix_kv):
+    """One decoder layer over packed positions: x (N, D) holds only the positions whose output is needed,
+    ``flat`` (N,) their places in a (B, L) grid. Projections, norms and MLP run on the N rows; attention on
+    the grid (queries and keys scattered into it, the grid's other slots zero and never attended to by a
+    needed query, being later in their row), after the shared prefix's keys and values."""
+    n_in, wqkv, bqkv, wo, bo = lw[:5]
+    N = x.shape[0]
+    H, Hkv, hd = W.H, W.Hkv, W.hd
+    qkv = F.linear(_rms(x, n_in), wqkv, bqkv)
+    q, q_r, k, k_r, v = qkv.split([H * hd, H * hd, Hkv * hd, Hkv * hd, Hkv * hd], dim=-1)
+    q = (q.view(N, H, hd) * cos).add_(q_r.view(N, H, hd) * sin)
+    k = (k.view(N, Hkv, hd) * cos).add_(k_r.view(N, Hkv, hd) * sin)
+    grid = x.new_zeros(B * L, H + 2 * Hkv, hd).index_copy(0, flat, torch.cat([q, k, v.view(N, Hkv, hd)], 1))
+    grid = grid.view(B, L, H + 2 * Hkv, hd).transpose(1, 2)                # (B, H + 2 Hkv, L, hd)
+    q, k, v = grid.split([H, Hkv, Hkv], dim=1)
+    k = torch.cat([prefix_kv[0], k], dim=2)
+    v = torch.cat([prefix_kv[1], v], dim=2)
+    o = _attend(q, k, v, mask, H // Hkv).transpose(1, 2).reshape(B * L, H * hd).index_select(0, flat)
+    return _mlp(x + F.linear(o, wo, bo), lw)
 
 
 def forward(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, position_ids: torch.Tensor,
@@ -246,38 +341,12 @@ def forward(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, positi
     W = _weights(model)
     x = W.embed(input_ids)
     cos, sin = W.rope(position_ids, x.dtype)
-    mask = _additive_mask(attention_mask.bool(), input_ids.shape[1], x.dtype)
+    mask = _attention_mask(attention_mask.bool(), input_ids.shape[1], x.dtype)
     for lw in W.layers:
         x, _, _ = _layer(x, lw, W, cos, sin, mask)
     if logits_to_keep:
         x = x[:, -logits_to_keep:]
     return F.linear(_rms(x, W.norm), *W.lm)
-
-
-BUCKET_PENALTY = 600.0  # padded positions one more bucket must save to pay for its extra calls (measured on CPU)
-
-
-def _buckets(lengths: list[int], penalty: float | None = None) -> list[int]:
-    """Split rows sorted by length into contiguous buckets, each padded to its longest row: the cut points
-    (indices into the sorted rows) minimising sum(rows x padded length) + penalty per bucket."""
-    penalty = BUCKET_PENALTY if penalty is None else penalty
-    n = len(lengths)
-    best = [0.0] + [float("inf")] * n
-    cut = [0] * (n + 1)
-    for j in range(1, n + 1):
-        if j < n and lengths[j] == lengths[j - 1]:
-            continue  # never split a run of equal lengths
-        for i in range(j):
-            if i > 0 and lengths[i] == lengths[i - 1]:
-                continue
-            c = best[i] + (j - i) * lengths[j - 1] + penalty
-            if c < best[j]:
-                best[j], cut[j] = c, i
-    bounds, j = [], n
-    while j > 0:
-        bounds.append(j)
-        j = cut[j]
-    return sorted(bounds)
 
 
 def _prefill(W: _Weights, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor):
@@ -287,7 +356,7 @@ def _prefill(W: _Weights, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor):
     u_ids, u_mask = prompt_ids[first_rows], prompt_mask[first_rows]
     x = W.embed(u_ids)
     cos, sin = W.rope((u_mask.long().cumsum(-1) - 1).clamp(min=0), W.emb.dtype)
-    mask = _additive_mask(u_mask, prompt_ids.shape[1], W.emb.dtype)
+    mask = _attention_mask(u_mask, prompt_ids.shape[1], W.emb.dtype)
     kv = []
     for lw in W.layers:
         x, k, v = _layer(x, lw, W, cos, sin, mask)
@@ -301,13 +370,15 @@ def response_logits(model, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, 
 
     Same function as ``model(cat(prompt, response))`` sliced to the response, computed with less work: each
     distinct prompt goes through the model once (a group's G copies share its keys and values, gradients
-    included), and rows are bucketed by response length so that padding past a row's end is mostly skipped.
-    Differentiable w.r.t. the model's parameters.
+    included), and only the response positions that predict a token are computed: they are packed into one
+    (N, D) batch for everything but attention (a row's padding, and the long tail of a few long rows, cost
+    nothing there). Differentiable w.r.t. the model's parameters.
     """
     W = _weights(model)
     B, P = prompt_ids.shape
     T = response_ids.shape[1]
     dtype = W.emb.dtype
+    dev = response_ids.device
     pm = prompt_mask.bool()
     first, prefix, inverse = _prefill(W, prompt_ids, pm)                 # first: (B, V), predicts token 0
     V_ = first.shape[-1]
@@ -315,33 +386,22 @@ def response_logits(model, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, 
         return first[:, None]
     # response token t (t >= 1) is predicted at response position t-1: a row of length l needs l-1 positions
     need = (response_mask.sum(-1) - 1).clamp(min=0)
-    order = torch.argsort(need, stable=True)
-    need_sorted = need[order].tolist()
-    start_pos = pm.long().sum(-1)
-    parts = []
-    lo = 0
-    for hi in _buckets(need_sorted):
-        rows = order[lo:hi]
-        Tb = need_sorted[hi - 1]
-        lo = hi
-        if Tb == 0:
-            parts.append(first.new_zeros(len(rows), T - 1, V_))
-            continue
-        r_ids, r_mask = response_ids[rows, :Tb], response_mask[rows, :Tb]
-        key_valid = torch.cat([pm[rows], r_mask], 1)
-        xb = W.embed(r_ids)
-        cos_b, sin_b = W.rope(start_pos[rows, None] + torch.arange(Tb, device=start_pos.device), dtype)
-        mask_b = _additive_mask(key_valid, Tb, dtype)
-        inv_b = inverse[rows]
+    L = int(need.max())
+    out = first.new_zeros(B * (T - 1), V_)
+    if L:
+        t_idx = torch.arange(L, device=dev)
+        sel = t_idx[None] < need[:, None]                                # (B, L) positions to compute
+        flat = sel.reshape(-1).nonzero().squeeze(-1)                      # (N,) places in the (B, L) grid
+        row, t = flat // L, flat % L
+        x = W.embed(response_ids[row, t])                                 # (N, D)
+        cos, sin = W.rope((pm.long().sum(-1)[row] + t)[:, None], dtype)   # (N, 1, 1, hd)
+        cos, sin = cos[:, 0], sin[:, 0]                                   # (N, 1, hd): broadcast over heads
+        mask = _attention_mask(torch.cat([pm, sel], 1), L, dtype)
         for (k, v), lw in zip(prefix, W.layers):
-            xb, _, _ = _layer(xb, lw, W, cos_b, sin_b, mask_b,
-                              prefix_kv=(k.index_select(0, inv_b), v.index_select(0, inv_b)))
-        lb = F.linear(_rms(xb, W.norm), *W.lm)                          # (b, Tb, V)
-        if Tb < T - 1:
-            lb = torch.cat([lb, lb.new_zeros(len(rows), T - 1 - Tb, V_)], 1)
-        parts.append(lb)
-    rest = torch.cat(parts, 0)[torch.argsort(order)]                     # back to the original row order
-    return torch.cat([first[:, None], rest], 1)
+            x = _packed_layer(x, lw, W, cos, sin, mask, flat, B, L,
+                              (k.index_select(0, inverse), v.index_select(0, inverse)))
+        out = out.index_copy(0, row * (T - 1) + t, F.linear(_rms(x, W.norm), *W.lm))
+    return torch.cat([first[:, None], out.view(B, T - 1, V_)], 1)
 
 
 @torch.inference_mode()
@@ -357,14 +417,16 @@ def generate(model, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, params,
     dtype = W.emb.dtype
     dev = prompt_ids.device
     logits, prefix, inverse = _prefill(W, prompt_ids, prompt_mask.bool())  # logits (B, V)
-    K = torch.zeros(len(W.layers), B, W.Hkv, P + T, W.hd, dtype=dtype, device=dev)
-    V = torch.zeros_like(K)
+    # uninitialised: every slot is written (prompt keys here, decoded keys at their step) before a query reads it
+    K = torch.empty(len(W.layers), B, W.Hkv, P + T, W.hd, dtype=dtype, device=dev)
+    V = torch.empty_like(K)
     for i, (k, v) in enumerate(prefix):
         K[i, :, :, :P] = k.index_select(0, inverse)
         V[i, :, :, :P] = v.index_select(0, inverse)
-    # decode-time mask: one query per row sees every valid key so far; kept as an additive row, updated in place
-    amask = torch.full((B, 1, 1, P + T), torch.finfo(dtype).min, dtype=dtype, device=dev)
-    amask[:, 0, 0, :P].masked_fill_(prompt_mask.bool(), 0.0)
+    # decode-time mask: one query per row sees every valid key so far; one row per sequence, updated in place
+    valid = torch.zeros(B, P + T, dtype=torch.bool, device=dev)
+    valid[:, :P] = prompt_mask.bool()
+    amask = _attention_mask(valid, 1, dtype)  # (B, 1, 1, P+T); the causal part is void for the last query
     next_pos = prompt_mask.long().sum(-1)                              # (B,) position of the first new token
     cos_t, sin_t = W.rope(torch.arange(P + T, device=dev)[None], dtype)  # rotary table for every position
     cos_t, sin_t = cos_t[0, 0], sin_t[0, 0]                            # (P+T, hd)
@@ -398,15 +460,16 @@ def generate(model, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, params,
             keep = live.nonzero().squeeze(-1)
             rows, tok = rows[keep], tok[keep]
             K, V = K.index_select(1, keep), V.index_select(1, keep)
-            amask, next_pos = amask.index_select(0, keep), next_pos[keep]
+            amask, next_pos = amask.index_select(keep), next_pos[keep]
             active = torch.ones(len(rows), dtype=torch.bool, device=dev)
         else:  # finished rows stay until enough have finished; their further tokens are discarded
             active = active & live
         at = P + t
-        amask[..., at] = 0.0
+        amask.add[..., at] = 0.0
+        amask.keep[..., at] = 1.0
         x = W.embed(tok[:, None])
         cos, sin = cos_t[next_pos][:, None, None], sin_t[next_pos][:, None, None]
-        mask = amask[..., :at + 1]
+        mask = _Mask(amask.add[..., :at + 1], amask.keep[..., :at + 1])
         for i, lw in enumerate(W.layers):
             x, _, _ = _layer(x, lw, W, cos, sin, mask, cache_kv=(K[i], V[i], at))
         logits = F.linear(_rms(x[:, -1], W.norm), *W.lm)

@@ -11,8 +11,9 @@ from dataclasses import dataclass
 
 import torch
 
-from algos.entropy import token_entropy
+from algos.entropy import entropy_from_log_probs
 from rollout import fastlm
+from rollout.engine import log_softmax
 
 
 @dataclass
@@ -20,6 +21,7 @@ class Scored:
     logp: torch.Tensor            # (B, T) log-prob of each response token at the given temperature
     entropy: torch.Tensor | None  # (B, T) entropy of the next-token distribution
     logits: torch.Tensor | None   # (B, T, V) temperature-scaled logits, when asked for
+    log_probs: torch.Tensor | None = None  # (B, T, V) their log_softmax, with the logits
 
 
 def full_inputs(prompt_ids, prompt_mask, response_ids, response_mask):
@@ -31,8 +33,9 @@ def full_inputs(prompt_ids, prompt_mask, response_ids, response_mask):
 
 
 def score(model, prompt_ids, prompt_mask, response_ids, response_mask, *, temperature: float = 1.0,
-          with_entropy: bool = True, with_logits: bool = False) -> Scored:
-    """Teacher-forced pass; differentiable when called with grad enabled."""
+          with_entropy: bool = True, with_logits: bool = False, entropy_grad: bool = True) -> Scored:
+    """Teacher-forced pass; differentiable when called with grad enabled. ``entropy_grad=False`` computes the
+    entropy as a detached metric (less autograd work when no loss term uses it)."""
     T = response_ids.shape[1]
     if fastlm.supports(model):  # same function, shared prompts computed once, padding mostly skipped
         logits = fastlm.response_logits(model, prompt_ids, prompt_mask, response_ids, response_mask).float()
@@ -42,10 +45,17 @@ def score(model, prompt_ids, prompt_mask, response_ids, response_mask, *, temper
                        logits_to_keep=T + 1).logits[:, :-1].float()     # (B, T, V)
     if temperature not in (0.0, 1.0):
         logits = logits / temperature
-    logp_all = torch.log_softmax(logits, -1)
+    logp_all = log_softmax(logits)
     logp = logp_all.gather(-1, response_ids[..., None]).squeeze(-1)    # (B, T)
-    ent = token_entropy(logits) if with_entropy else None
-    return Scored(logp=logp, entropy=ent, logits=logits if with_logits else None)
+    ent = None
+    if with_entropy:
+        if entropy_grad:
+            ent = entropy_from_log_probs(logp_all)
+        else:
+            with torch.no_grad():
+                ent = entropy_from_log_probs(logp_all.detach())
+    return Scored(logp=logp, entropy=ent, logits=logits if with_logits else None,
+                  log_probs=logp_all if with_logits else None)
 
 
 def score_values(critic, prompt_ids, prompt_mask, response_ids, response_mask) -> torch.Tensor:

@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from algos.entropy import token_entropy
+from algos.entropy import entropy_from_log_probs, token_entropy
 from algos.filters import dynamic_sampling_keep, overlong_filter, overlong_penalty
 
 F64 = torch.float64
@@ -71,6 +71,10 @@ def test_token_entropy_by_hand():
     h = token_entropy(logits)
     assert h.shape == (1, 3) and h.dtype == F64
     assert torch.allclose(h, torch.tensor([[1.03972077, 1.38629436, 0.0]], dtype=F64), atol=1e-8)
+    # the same rows given as log-probs (the scoring's log_softmax): the same numbers
+    lp = torch.log_softmax(logits, -1)
+    assert torch.allclose(entropy_from_log_probs(lp), torch.tensor([[1.03972077, 1.38629436, 0.0]], dtype=F64),
+                          atol=1e-8)
 
 
 def test_token_entropy_stable_for_large_logits():

@@ -260,3 +260,16 @@ def test_exact_kl_both_is_exact_kl_in_both_directions_bit_for_bit():
     assert torch.equal(fwd, exact_kl(logits, ref_logits, direction="forward"))
     with pytest.raises(ValueError, match="ref_logits"):
         exact_kl_both(logits, ref_logits[:, :, :3])
+
+
+def test_exact_kl_both_from_log_probs_by_hand():
+    # the hand example of test_exact_kl_by_hand, given as log-probs (what the loop's scoring already holds):
+    # KL(pi || ref) = 0.14384104, KL(ref || pi) = 0.13081204
+    rev, fwd = algos.kl.exact_kl_both_from_log_probs(torch.log(t([[[0.5, 0.5]]])), torch.log(t([[[0.25, 0.75]]])))
+    assert rev.item() == pytest.approx(0.14384104, abs=1e-8) and fwd.item() == pytest.approx(0.13081204, abs=1e-8)
+    g = torch.Generator().manual_seed(3)
+    logits, ref_logits = torch.randn(4, 5, 7, generator=g) * 3, torch.randn(4, 5, 7, generator=g) * 3
+    both = algos.kl.exact_kl_both_from_log_probs(logits.log_softmax(-1), ref_logits.log_softmax(-1))
+    assert all(torch.equal(a, b) for a, b in zip(both, exact_kl_both(logits, ref_logits)))
+    with pytest.raises(ValueError, match="ref"):
+        algos.kl.exact_kl_both_from_log_probs(logits, ref_logits[:, :, :3])

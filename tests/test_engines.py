@@ -135,7 +135,9 @@ def recording(monkeypatch, tmp_path_factory):
 def test_every_rollout_samples_from_the_latest_weights(recording, tmp_path):
     from experiments.train import train
 
-    train(load_config(None, _args(*FAST, "train.steps=4", f"out_dir={tmp_path}")), progress=False)
+    # 8 groups a step, so that every step has a group with a reward spread (an update that moves the weights)
+    train(load_config(None, _args(*FAST, "train.steps=4", "rollout.completions_per_step=64", f"out_dir={tmp_path}")),
+          progress=False)
     (eng,) = recording
     assert eng.syncs == 4  # one per RL step (each stepped the optimizer)
     assert all(e == p for e, p in eng.calls), "a rollout sampled from stale weights"

@@ -102,7 +102,7 @@ def test_filler_lengths_are_logged_by_correctness(tmp_path):
     from experiments.metrics import undocumented
 
     run = train(_cfg(tmp_path, "name=f", "task.filler_max=6", "task.filler_position=after", "task.filler_demo_max=2",
-                     "task.format_reward=0.5"), progress=False)
+                     "task.format_reward=0.5", "rollout.completions_per_step=32"), progress=False)  # some correct
     rows = _rows(run / "metrics.jsonl")
     assert undocumented({k for r in rows for k in r}) == []
     for r in rows:

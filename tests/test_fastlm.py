@@ -101,15 +101,6 @@ def test_unsupported_models_say_why_and_use_transformers():
     assert sc.logp.shape == rid.shape
 
 
-def test_bucketing_by_length():
-    # rows sorted by needed positions; a bucket costs rows x its longest row + penalty
-    # [0,0 | 1,2,2 | 3,3,3 | 7,7] with penalty 2: cost 0+2, 6+2, 9+2, 14+2 = 37; merging any two buckets costs more
-    assert fastlm._buckets([0, 0, 1, 2, 2, 3, 3, 3, 7, 7], penalty=2) == [2, 5, 8, 10]
-    assert fastlm._buckets([0, 0, 1, 2, 2, 3, 3, 3, 7, 7], penalty=1e9) == [10]
-    assert fastlm._buckets([1, 1, 2, 2], penalty=0) == [2, 4]  # runs of equal lengths are never split
-    assert fastlm._buckets([5], penalty=0) == [1]
-
-
 def test_config_switch_selects_the_transformers_forward(tmp_path):
     from envs.tokenizer import VOCAB_SIZE, build_char_tokenizer
     from experiments.config import build_task, load_config
@@ -209,3 +200,22 @@ def test_cuda_model_matches_cpu():
     ref = fastlm.generate(cpu, pid, pm, SamplingParams(6, temperature=0.0), _sample, None)
     assert all(x.device.type == "cuda" for x in out)
     assert torch.equal(out[0].cpu(), ref[0])
+
+
+def test_masked_softmax_equals_torch_softmax_with_gradients():
+    # scores of 3 query rows over 5 keys; key 4 disallowed for every row, row 2 has no allowed key (a padding
+    # query): torch.softmax(s + mask) on rows with an allowed key, exactly 0 on disallowed keys, zeros (not
+    # NaN, not uniform) on the empty row; the gradient is softmax's on the allowed rows
+    g = torch.Generator().manual_seed(0)
+    s = torch.randn(3, 5, generator=g, dtype=torch.float64, requires_grad=True)
+    valid = torch.tensor([[1, 1, 1, 1, 0], [1, 1, 0, 0, 0], [0, 0, 0, 0, 0]], dtype=torch.bool)
+    keep = valid.double()
+    add = (keep - 1) * -torch.finfo(torch.float64).min
+    p = fastlm._MaskedSoftmax.apply(s + add, keep)
+    ref = torch.softmax(s[:2].masked_fill(~valid[:2], float("-inf")), -1)
+    assert torch.allclose(p[:2], ref, atol=1e-15) and (p[~valid] == 0).all() and (p[2] == 0).all()
+    w = torch.randn(3, 5, generator=g, dtype=torch.float64)
+    (gs,) = torch.autograd.grad((p[:2] * w[:2]).sum(), s)
+    (gr,) = torch.autograd.grad((ref * w[:2]).sum(), s)
+    assert torch.allclose(gs, gr, atol=1e-15)
+    assert torch.equal(fastlm._softmax_forward(s.detach() + add, keep), p.detach())  # the no-grad path

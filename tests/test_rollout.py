@@ -106,6 +106,22 @@ def test_top_p_keeps_only_the_nucleus():
     assert toks == {0, 1}
 
 
+def test_sampler_draws_from_the_categorical_and_never_a_zero_probability_token():
+    # inverse-CDF sampling: 40,000 draws of p = [0.5, 0, 0.2, 0.3] (one row repeated); the frequencies must be
+    # within 5 standard errors (sqrt(p (1 - p) / n) <= 0.0025) of p, and the zero-probability token never drawn
+    from rollout.engine import _sample
+
+    p = torch.tensor([0.5, 0.0, 0.2, 0.3])
+    logits = torch.log(p).expand(40_000, 4)
+    tok, lp = _sample(logits, SamplingParams(1), torch.Generator().manual_seed(0))
+    freq = torch.bincount(tok, minlength=4).double() / len(tok)
+    assert freq[1] == 0
+    assert (freq - p.double()).abs().max() < 5 * 0.0025
+    assert torch.allclose(lp, torch.log(p)[tok])  # the behaviour log-prob of the drawn token
+    # the last token with positive probability is reachable (u = 1 draws the top of the CDF), never one past it
+    assert int(tok.max()) == 3
+
+
 def test_value_model_starts_at_zero_and_has_response_shape():
     policy = _policy()
     critic = ValueModel(policy)
