@@ -329,9 +329,9 @@ def main(argv=None) -> int:
 
 def _versions() -> dict:
     import trl
-    from experiments.train import _versions as base
+    from experiments.train import _git_commit, _versions as base
 
-    return {**base(), "trl": trl.__version__, "threads": torch.get_num_threads()}
+    return {**base(), "trl": trl.__version__, "threads": torch.get_num_threads(), "commit": _git_commit()}
 
 
 def render(rows, checks, args) -> str:
