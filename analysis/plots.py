@@ -84,14 +84,18 @@ UNIT = (0.0, 1.0)       # fractions
 NONNEG = (0.0, None)    # lengths, entropies
 
 
+NONNEG_KL = ("kl/exact", "kl/exact_fwd", "kl/k2", "kl/k3")  # exact KL, 0.5 log(r)^2, r - 1 - log r: never negative
+
+
 def metric_bounds(metric: str) -> tuple[float | None, float | None] | None:
-    """The range a logged metric can take, where the name tells: accuracies, pass@k and fractions [0, 1]; lengths
-    and entropies >= 0; None otherwise (a KL estimate, which k1 can make negative, a loss, an advantage). Figures
-    clip CI bands and bars to it: a t interval over a few seeds can reach past it (accuracy above 1)."""
+    """The range a logged metric can take, where the name tells: accuracies, pass@k and fractions [0, 1]; lengths,
+    entropies, the exact KL and the k2 / k3 estimates >= 0; None otherwise (k1, which can be negative, a loss, an
+    advantage). Figures clip CI bands and bars to it: a t interval over a few seeds can reach past it (accuracy
+    above 1, a KL below 0)."""
     if metric.startswith(("eval/acc", "eval/pass@", "reward/acc", "adv/weight_share")) or metric.endswith(
             ("_frac", "clipfrac_low", "clipfrac_high")):
         return UNIT
-    if metric.startswith(("length/", "eval/length", "policy/entropy")):
+    if metric.startswith(("length/", "eval/length", "policy/entropy")) or metric in NONNEG_KL:
         return NONNEG
     return None
 

@@ -407,6 +407,7 @@ def test_metric_bounds_and_the_final_bar_are_clipped():
     assert metric_bounds("eval/pass@1") == metric_bounds("reward/acc_d3") == metric_bounds("rollout/zero_var_frac") \
         == (0.0, 1.0)
     assert metric_bounds("length/incorrect") == (0.0, None) and metric_bounds("kl/k1") is None
+    assert metric_bounds("kl/exact") == metric_bounds("kl/k3") == (0.0, None)  # the quickstart's KL panel
     per_run = pd.DataFrame({"arm": ["a", "a", "a"], "value": [0.6, 0.95, 0.96]})
     summ = pd.DataFrame({"arm": ["a"], "mean": [0.84], "ci_low": [0.36], "ci_high": [1.33]})
     fig, ax = plot_final(per_run, summ, {"a": (0, 0, 1, 1)}, xlabel="x", bounds=(0.0, 1.0))
