@@ -218,3 +218,18 @@ def test_competence_based_warm_start_gives_up_at_the_cap_and_says_so():
     assert (u.done, u.clean_steps) == (False, 7)  # checks after 3, 6 and at the cap 7
     assert [h["step"] for h in u.history] == [3, 6, 7]
     assert len(calls["clean"]) == 7 and calls["noisy"] == [7, 8] and len(losses) == 9
+
+
+def test_score_entropy_grad_switch_and_one_log_softmax():
+    # entropy_grad=False: the same entropy values, detached (no loss term uses them); the returned log-probs are
+    # the normalised log_softmax of the returned logits, and logp is their value at the response tokens
+    policy = _policy()
+    ids, mask = _prompts()
+    resp = torch.tensor([[3, 4, EOS_ID], [5, EOS_ID, PAD_ID], [6, 7, 8]])
+    a = score(policy, ids, mask, resp, resp != PAD_ID, with_logits=True)
+    b = score(policy, ids, mask, resp, resp != PAD_ID, entropy_grad=False)
+    assert a.entropy.requires_grad and not b.entropy.requires_grad
+    assert torch.allclose(a.entropy, b.entropy, atol=1e-6)
+    assert torch.allclose(a.log_probs, torch.log_softmax(a.logits, -1), atol=1e-6)
+    assert torch.equal(a.logp, a.log_probs.gather(-1, resp[..., None]).squeeze(-1))
+    assert b.log_probs is None and b.logits is None
