@@ -86,26 +86,22 @@ def _qkv_layout(H: int, Hkv: int, hd: int, scaling: float, dtype, device) -> tup
     """Rows of cat(Wq, Wk, Wv) that make [q, rotate_half(q), k, rotate_half(k), v], and each row's factor
     (the attention scale on query rows, -1 on the rows rotate_half negates): fused = W[rows] * coef. Cached, so
     made as ordinary tensors even when first asked for under inference mode (the sampler)."""
-    with torch.inference_mode(False):
-        return _make_qkv_layout(H, Hkv, hd, scaling, dtype, device)
-
-
-def _make_qkv_layout(H, Hkv, hd, scaling, dtype, device):
     h = hd // 2
-    half = torch.cat([torch.arange(h, hd), torch.arange(0, h)])                 # rotate_half's row order
-    f64 = dict(dtype=torch.float64)  # built in float64, then cast: the scale rounds once, to the model's dtype
-    sign = torch.cat([-torch.ones(h, **f64), torch.ones(h, **f64)])
+    with torch.inference_mode(False):
+        half = torch.cat([torch.arange(h, hd), torch.arange(0, h)])             # rotate_half's row order
+        f64 = dict(dtype=torch.float64)  # built in float64, then cast: the scale rounds once, to the model's dtype
+        sign = torch.cat([-torch.ones(h, **f64), torch.ones(h, **f64)])
 
-    def rot(heads, base):
-        return (half[None] + hd * torch.arange(heads)[:, None]).reshape(-1) + base, sign.repeat(heads)
+        def rot(heads, base):
+            return (half[None] + hd * torch.arange(heads)[:, None]).reshape(-1) + base, sign.repeat(heads)
 
-    nq, nk = H * hd, Hkv * hd
-    rq, sq = rot(H, 0)
-    rk, sk = rot(Hkv, nq)
-    rows = torch.cat([torch.arange(nq), rq, torch.arange(nq, nq + nk), rk, torch.arange(nq + nk, nq + 2 * nk)])
-    coef = torch.cat([torch.full((nq,), scaling, **f64), sq * scaling, torch.ones(nk, **f64), sk,
-                      torch.ones(nk, **f64)])
-    return rows.to(device), coef.to(dtype=dtype, device=device)
+        nq, nk = H * hd, Hkv * hd
+        rq, sq = rot(H, 0)
+        rk, sk = rot(Hkv, nq)
+        rows = torch.cat([torch.arange(nq), rq, torch.arange(nq, nq + nk), rk, torch.arange(nq + nk, nq + 2 * nk)])
+        coef = torch.cat([torch.full((nq,), scaling, **f64), sq * scaling, torch.ones(nk, **f64), sk,
+                          torch.ones(nk, **f64)])
+        return rows.to(device), coef.to(dtype=dtype, device=device)
 
 
 class _Weights:
@@ -278,29 +274,33 @@ def _attend(q, k, v, mask: _Mask, groups):
     return torch.matmul(p.to(q.dtype), v)
 
 
-def _layer(x, lw, W: _Weights, cos, sin, mask, cache_kv=None, prefix_kv=None):
-    """One decoder layer. With cache_kv=(K, V, at) the new keys/values are written at positions ``at`` of the
-    preallocated cache and attention runs over the cache prefix; with prefix_kv=(k, v) the keys/values of a
-    shared prefix come first (differentiably); otherwise attention runs over x itself. Returns (x, k, v)."""
-    n_in, wqkv, bqkv, wo, bo, n_post, wgu, bgu, wd, bd = lw
-    B, L, _ = x.shape
+def _qkv(x, lw, W: _Weights, cos, sin):
+    """Queries and keys (rotary embedding applied) and values of x (..., D): (..., H, hd), (..., Hkv, hd),
+    (..., Hkv, hd); cos and sin broadcast to (..., 1, hd)."""
+    n_in, wqkv, bqkv = lw[:3]
     H, Hkv, hd = W.H, W.Hkv, W.hd
-    qkv = F.linear(_rms(x, n_in), wqkv, bqkv)
-    q, q_r, k, k_r, v = qkv.split([H * hd, H * hd, Hkv * hd, Hkv * hd, Hkv * hd], dim=-1)
+    lead = x.shape[:-1]
+    q, q_r, k, k_r, v = F.linear(_rms(x, n_in), wqkv, bqkv).split([H * hd, H * hd, Hkv * hd, Hkv * hd, Hkv * hd],
+                                                                   dim=-1)
     # rotary embedding: x cos + rotate_half(x) sin, with rotate_half(x) already computed by the projection
-    q = (q.view(B, L, H, hd).transpose(1, 2) * cos).add_(q_r.view(B, L, H, hd).transpose(1, 2) * sin)
-    k = (k.view(B, L, Hkv, hd).transpose(1, 2) * cos).add_(k_r.view(B, L, Hkv, hd).transpose(1, 2) * sin)
-    v = v.view(B, L, Hkv, hd).transpose(1, 2)
+    q = (q.view(*lead, H, hd) * cos).add_(q_r.view(*lead, H, hd) * sin)
+    k = (k.view(*lead, Hkv, hd) * cos).add_(k_r.view(*lead, Hkv, hd) * sin)
+    return q, k, v.view(*lead, Hkv, hd)
+
+
+def _layer(x, lw, W: _Weights, cos, sin, mask, cache_kv=None):
+    """One decoder layer over x (B, L, D), cos and sin (B, 1, L, hd). With cache_kv=(K, V, at) the new keys/values
+    are written at positions ``at`` of the preallocated cache and attention runs over the cache prefix;
+    otherwise attention runs over x itself. Returns (x, k, v)."""
+    B, L, _ = x.shape
+    q, k, v = (t.transpose(1, 2) for t in _qkv(x, lw, W, cos.transpose(1, 2), sin.transpose(1, 2)))
     if cache_kv is not None:
         K, V, at = cache_kv
         K[:, :, at:at + L] = k
         V[:, :, at:at + L] = v
         k, v = K[:, :, :at + L], V[:, :, :at + L]
-    elif prefix_kv is not None:
-        k = torch.cat([prefix_kv[0], k], dim=2)
-        v = torch.cat([prefix_kv[1], v], dim=2)
-    o = _attend(q, k, v, mask, H // Hkv)
-    x = x + F.linear(o.transpose(1, 2).reshape(B, L, H * hd), wo, bo)
+    o = _attend(q, k, v, mask, W.H // W.Hkv)
+    x = x + F.linear(o.transpose(1, 2).reshape(B, L, W.H * W.hd), *lw[3:5])
     return _mlp(x, lw), k, v
 
 
@@ -313,23 +313,17 @@ def _mlp(x, lw):
 
 def _packed_layer(x, lw, W: _Weights, cos, sin, mask, flat, B: int, L: int, prefix_kv):
     """One decoder layer over packed positions: x (N, D) holds only the positions whose output is needed,
-    ``flat`` (N,) their places in a (B, L) grid. Projections, norms and MLP run on the N rows; attention on
-    the grid (queries and keys scattered into it, the grid's other slots zero and never attended to by a
-    needed query, being later in their row), after the shared prefix's keys and values."""
-    n_in, wqkv, bqkv, wo, bo = lw[:5]
-    N = x.shape[0]
+    ``flat`` (N,) their places in a (B, L) grid, cos and sin (N, 1, hd). Projections, norms and MLP run on the N
+    rows; attention on the grid (queries and keys scattered into it, the grid's other slots zero and never
+    attended to by a needed query, being later in their row), after the shared prefix's keys and values."""
     H, Hkv, hd = W.H, W.Hkv, W.hd
-    qkv = F.linear(_rms(x, n_in), wqkv, bqkv)
-    q, q_r, k, k_r, v = qkv.split([H * hd, H * hd, Hkv * hd, Hkv * hd, Hkv * hd], dim=-1)
-    q = (q.view(N, H, hd) * cos).add_(q_r.view(N, H, hd) * sin)
-    k = (k.view(N, Hkv, hd) * cos).add_(k_r.view(N, Hkv, hd) * sin)
-    grid = x.new_zeros(B * L, H + 2 * Hkv, hd).index_copy(0, flat, torch.cat([q, k, v.view(N, Hkv, hd)], 1))
+    grid = x.new_zeros(B * L, H + 2 * Hkv, hd).index_copy(0, flat, torch.cat(_qkv(x, lw, W, cos, sin), 1))
     grid = grid.view(B, L, H + 2 * Hkv, hd).transpose(1, 2)                # (B, H + 2 Hkv, L, hd)
     q, k, v = grid.split([H, Hkv, Hkv], dim=1)
     k = torch.cat([prefix_kv[0], k], dim=2)
     v = torch.cat([prefix_kv[1], v], dim=2)
     o = _attend(q, k, v, mask, H // Hkv).transpose(1, 2).reshape(B * L, H * hd).index_select(0, flat)
-    return _mlp(x + F.linear(o, wo, bo), lw)
+    return _mlp(x + F.linear(o, *lw[3:5]), lw)
 
 
 def forward(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, position_ids: torch.Tensor,

@@ -53,7 +53,7 @@ def score(model, prompt_ids, prompt_mask, response_ids, response_mask, *, temper
             ent = entropy_from_log_probs(logp_all)
         else:
             with torch.no_grad():
-                ent = entropy_from_log_probs(logp_all.detach())
+                ent = entropy_from_log_probs(logp_all)
     return Scored(logp=logp, entropy=ent, logits=logits if with_logits else None,
                   log_probs=logp_all if with_logits else None)
 
