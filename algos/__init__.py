@@ -14,6 +14,7 @@ Public API
                       dual_clip=None, agg="token_mean", max_len=None, surrogate="ppo_clip",
                       eps_low_is=None, eps_high_is=0.28, tau_pos=1.0, tau_neg=1.05)
     algos.aggregate(loss_mat, mask, mode, max_len=None)          # the function (module: algos/aggregate.py)
+    algos.aggregate_many(loss_mats, mask, mode, max_len=None)    # (K, B, T) under one mask -> (K,)
     algos.advantages.{gae, whiten, value_loss, group_relative, rloo, hybrid, group_stats}
     algos.kl.{estimate, exact_kl}; algos.entropy.token_entropy
     algos.filters.{dynamic_sampling_keep, overlong_penalty, overlong_filter, top_fraction_keep,
@@ -37,7 +38,7 @@ from algos import registry  # noqa: I001
 from algos import aggregate as _aggregate_module  # noqa: F401
 from algos import schedules, groups  # noqa: F401
 from algos import advantages, entropy, filters, kl, policy, surrogates  # noqa: F401
-from algos.aggregate import aggregate  # the function shadows the submodule name on purpose
+from algos.aggregate import aggregate, aggregate_many  # the function shadows the submodule name on purpose
 from algos.policy import policy_loss
 from algos.config import (
     AdvantageConfig,
@@ -63,6 +64,7 @@ from algos.schedules import objective_at
 
 __all__ = [
     "aggregate",
+    "aggregate_many",
     "advantages",
     "entropy",
     "filters",

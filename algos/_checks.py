@@ -15,7 +15,9 @@ anything (padding, ``inf``, ``nan``): each public function replaces them with 0 
 
 from __future__ import annotations
 
-from typing import Optional
+import threading
+import weakref
+from typing import Callable, Optional
 
 import torch
 
@@ -85,27 +87,84 @@ def check_group_size(group_size: int, batch: int, minimum: int = 2) -> None:
         raise ValueError(f"group_size={group_size} does not divide the batch size {batch}")
 
 
+# ---------------------------------------------------------------------------------------------------------
+# Quantities of a bool mask that one loss computation needs many times (its complement, token counts): computed
+# once per mask tensor and reused while that same tensor object, unmodified, comes back (one objective step
+# passes one mask through policy_loss, aggregate and the metrics: ~40 fewer small ops each). The same operations
+# on the same data, so the same numbers. A one-entry memo per thread, keyed by the tensor's identity (a weak
+# reference), its version counter (any in-place change invalidates it) and the inference-mode flag; an inference
+# tensor (no version counter) is never memoised.
+
+
+class _MaskMemo(threading.local):
+    def __init__(self):
+        self.ref = None
+        self.key = None
+        self.values: dict = {}
+
+
+_memo = _MaskMemo()
+
+
+def mask_memo(mask: torch.Tensor, name, fn: Callable[[torch.Tensor], object]):
+    """``fn(mask)``, computed once per (unmodified) mask tensor under ``name``."""
+    if mask.is_inference():
+        return fn(mask)
+    key = (mask._version, torch.is_inference_mode_enabled())
+    m = _memo
+    if m.ref is None or m.ref() is not mask or m.key != key:
+        m.ref, m.key, m.values = weakref.ref(mask), key, {}
+    value = m.values.get(name)
+    if value is None:
+        value = m.values[name] = fn(mask)
+    return value
+
+
+def complement(mask: torch.Tensor) -> torch.Tensor:
+    """``~mask`` (the padding positions)."""
+    return mask_memo(mask, "complement", torch.Tensor.bitwise_not)
+
+
+def valid_count(mask: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """0-dim ``mask.sum().to(dtype).clamp(min=1.0)``: the token count as a divisor (1 when nothing is valid)."""
+    return mask_memo(mask, ("count", dtype), lambda m: m.sum().to(dtype).clamp(min=1.0))
+
+
+def row_counts(mask: torch.Tensor, dtype: torch.dtype) -> tuple:
+    """((B,) ``mask.sum(-1).to(dtype).clamp(min=1.0)``, 0-dim number of non-empty rows clamped to >= 1), as
+    divisors."""
+    def rows(m):
+        row_len = m.sum(-1).to(dtype)
+        return row_len.clamp(min=1.0), (row_len > 0).sum().to(dtype).clamp(min=1.0)
+
+    return mask_memo(mask, ("rows", dtype), rows)
+
+
+def any_valid(mask: torch.Tensor) -> torch.Tensor:
+    """0-dim ``mask.any()``."""
+    return mask_memo(mask, "any", torch.Tensor.any)
+
+
 def masked_sum(x: torch.Tensor, mask: torch.Tensor, dim=None) -> torch.Tensor:
     """Sum of x over valid positions; garbage under the mask never enters (where, not multiply)."""
-    x = x.masked_fill(~mask, 0.0)
+    x = x.masked_fill(complement(mask), 0.0)
     return x.sum() if dim is None else x.sum(dim)
 
 
 def masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """Mean of x over valid positions of the whole tensor; 0 (not NaN) when nothing is valid."""
-    n = mask.sum().to(x.dtype)
-    return masked_sum(x, mask) / n.clamp(min=1.0)
+    return masked_sum(x, mask) / valid_count(mask, x.dtype)
 
 
 def masked_max(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """Max over valid positions; 0 when nothing is valid (metrics only, never differentiated)."""
     big = torch.finfo(x.dtype).max
-    out = x.masked_fill(~mask, -big).amax()
-    return torch.where(mask.any(), out, torch.zeros_like(out))
+    out = x.masked_fill(complement(mask), -big).amax()
+    return torch.where(any_valid(mask), out, torch.zeros_like(out))
 
 
 def masked_min(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """Min over valid positions; 0 when nothing is valid (metrics only, never differentiated)."""
     big = torch.finfo(x.dtype).max
-    out = x.masked_fill(~mask, big).amin()
-    return torch.where(mask.any(), out, torch.zeros_like(out))
+    out = x.masked_fill(complement(mask), big).amin()
+    return torch.where(any_valid(mask), out, torch.zeros_like(out))

@@ -24,7 +24,8 @@ from typing import Callable, NamedTuple, Optional, Tuple
 
 import torch
 
-from algos._checks import as_mask, check_choice, check_float, check_group_size, masked_mean, masked_sum
+from algos._checks import (as_mask, check_choice, check_float, check_group_size, complement, masked_mean,
+                           masked_sum)
 from algos.aggregate import aggregate
 from algos.groups import Segments, layout
 from algos.registry import ADVANTAGE_ESTIMATORS
@@ -77,8 +78,8 @@ def gae(
         raise ValueError(f"gamma must be in [0, 1], got {gamma}")
     if not 0.0 <= lam <= 1.0:
         raise ValueError(f"lam must be in [0, 1], got {lam}")
-    r = token_rewards.masked_fill(~mask, 0.0)
-    v = values.masked_fill(~mask, 0.0)
+    r = token_rewards.masked_fill(complement(mask), 0.0)
+    v = values.masked_fill(complement(mask), 0.0)
     B, T = mask.shape
     next_value = v.new_zeros(B)  # V of the next valid token, 0 past the end
     next_adv = v.new_zeros(B)
@@ -92,7 +93,7 @@ def gae(
         next_value = torch.where(m, v[:, t], next_value)
         next_adv = torch.where(m, a, next_adv)
     advantages = torch.stack(advs, dim=1)  # (B, T)
-    returns = (advantages + v).masked_fill(~mask, 0.0)
+    returns = (advantages + v).masked_fill(complement(mask), 0.0)
     return advantages, returns
 
 
@@ -110,7 +111,7 @@ def whiten(x: torch.Tensor, mask: torch.Tensor, shift_mean: bool = True, eps: fl
     out = (x - mean) * torch.rsqrt(var + eps)
     if not shift_mean:
         out = out + mean
-    return out.masked_fill(~mask, 0.0)
+    return out.masked_fill(complement(mask), 0.0)
 
 
 def value_loss(
@@ -145,9 +146,9 @@ def value_loss(
     check_float(returns, "returns", shape=mask.shape)
     if cliprange_value is not None and cliprange_value <= 0:
         raise ValueError(f"cliprange_value must be > 0 or None, got {cliprange_value}")
-    v = values.masked_fill(~mask, 0.0)
-    v_old = old_values.masked_fill(~mask, 0.0)
-    ret = returns.masked_fill(~mask, 0.0)
+    v = values.masked_fill(complement(mask), 0.0)
+    v_old = old_values.masked_fill(complement(mask), 0.0)
+    ret = returns.masked_fill(complement(mask), 0.0)
     loss_unclipped = (v - ret) ** 2
     if cliprange_value is None:
         loss_mat = 0.5 * loss_unclipped
@@ -344,7 +345,7 @@ def broadcast_to_tokens(seq_values: torch.Tensor, mask: torch.Tensor) -> torch.T
     """(B,) per-sequence values -> (B, T), the value on every valid token, 0 elsewhere."""
     mask = as_mask(mask)
     check_float(seq_values, "seq_values", shape=mask.shape[:1])
-    return seq_values[:, None].expand(mask.shape).masked_fill(~mask, 0.0)
+    return seq_values[:, None].expand(mask.shape).masked_fill(complement(mask), 0.0)
 
 
 # ------------------------------------------------------------ registry members (one signature per family)

@@ -27,6 +27,12 @@ form (1/n) sum_g (1/G_g) sum_i for unequal G_g is not offered.
 ``max_len`` (L) is required for seq_mean_token_sum_norm (it should be the maximum response length the
 sampler allows, a constant across steps) and ignored by the other modes.
 
+``aggregate_many(loss_mats, mask, mode, max_len=None)`` reduces K per-token losses that share one mask, a
+(K, B, T) tensor, to K numbers in one pass: entry k equals ``aggregate(loss_mats[k], mask, mode, max_len)`` to
+the last bit (the built-in modes reduce over the trailing dimensions, so a leading K is carried along; a mode
+registered without ``stackable = True`` is called once per k). Metrics that split one aggregate into parts
+(e.g. the advantage weight each difficulty carries) use it to avoid K separate passes.
+
 This module's name is shadowed in the package namespace: ``algos.aggregate`` is the *function*. Other
 names are reachable with ``from algos.aggregate import AGGREGATION_MODES``.
 """
@@ -37,39 +43,43 @@ from typing import Optional
 
 import torch
 
-from algos._checks import as_mask, check_float
+from algos._checks import as_mask, check_float, complement, row_counts, valid_count
 from algos.registry import AGGREGATION_MODES
 
-__all__ = ["aggregate", "AGGREGATION_MODES"]
+__all__ = ["aggregate", "aggregate_many", "AGGREGATION_MODES"]
+
+
+# The modes below reduce over the trailing (B, T) dimensions only, so a (K, B, T) loss under one (B, T) mask gives
+# K results (aggregate_many); on a 2-D loss ``x.sum(-1)`` of the (B,) row sums and ``x.sum((-2, -1))`` are the
+# full sums ``x.sum()``, the same reduction.
 
 
 def _row_stats(loss_mat: torch.Tensor, mask: torch.Tensor):
-    # (B,) per-row sums of valid losses, (B,) token counts, scalar count of non-empty rows
-    row_sum = loss_mat.masked_fill(~mask, 0.0).sum(-1)  # (B,)
-    row_len = mask.sum(-1).to(loss_mat.dtype)  # (B,)
-    n_rows = (row_len > 0).sum().to(loss_mat.dtype)  # B'
+    # (..., B) per-row sums of valid losses, (B,) token counts and the scalar count B' of non-empty rows, both
+    # clamped to >= 1 (divisors: an empty row contributes 0 / 1 = 0 and is not counted in B')
+    row_sum = loss_mat.masked_fill(complement(mask), 0.0).sum(-1)
+    row_len, n_rows = row_counts(mask, loss_mat.dtype)
     return row_sum, row_len, n_rows
 
 
 @AGGREGATION_MODES.register("token_mean")
 def token_mean(loss_mat: torch.Tensor, mask: torch.Tensor, max_len: Optional[int] = None) -> torch.Tensor:
     # sum_{i,t} l m / sum_{i,t} m
-    n_tokens = mask.sum().to(loss_mat.dtype)
-    return loss_mat.masked_fill(~mask, 0.0).sum() / n_tokens.clamp(min=1.0)
+    return loss_mat.masked_fill(complement(mask), 0.0).sum((-2, -1)) / valid_count(mask, loss_mat.dtype)
 
 
 @AGGREGATION_MODES.register("seq_mean_token_mean")
 def seq_mean_token_mean(loss_mat: torch.Tensor, mask: torch.Tensor, max_len: Optional[int] = None) -> torch.Tensor:
     # (1/B') sum_i [ sum_t l m / |y_i| ]; an empty row contributes 0 / 1 = 0 and is not counted in B'
     row_sum, row_len, n_rows = _row_stats(loss_mat, mask)
-    return (row_sum / row_len.clamp(min=1.0)).sum() / n_rows.clamp(min=1.0)
+    return (row_sum / row_len).sum(-1) / n_rows
 
 
 @AGGREGATION_MODES.register("seq_mean_token_sum")
 def seq_mean_token_sum(loss_mat: torch.Tensor, mask: torch.Tensor, max_len: Optional[int] = None) -> torch.Tensor:
     # (1/B') sum_i sum_t l m
     row_sum, _, n_rows = _row_stats(loss_mat, mask)
-    return row_sum.sum() / n_rows.clamp(min=1.0)
+    return row_sum.sum(-1) / n_rows
 
 
 @AGGREGATION_MODES.register("seq_mean_token_sum_norm")
@@ -81,11 +91,13 @@ def seq_mean_token_sum_norm(loss_mat: torch.Tensor, mask: torch.Tensor, max_len:
             f"maximum response length), got {max_len!r}"
         )
     row_sum, _, n_rows = _row_stats(loss_mat, mask)
-    return row_sum.sum() / (n_rows.clamp(min=1.0) * max_len)
+    return row_sum.sum(-1) / (n_rows * max_len)
 
 
 # LossConfig fields an aggregation mode reads (config validation rejects a non-default loss.max_len otherwise)
 seq_mean_token_sum_norm.reads = ("max_len",)
+for _mode in (token_mean, seq_mean_token_mean, seq_mean_token_sum, seq_mean_token_sum_norm):
+    _mode.stackable = True  # reduces over the trailing (B, T) dimensions only: aggregate_many calls it once
 
 
 def aggregate(loss_mat: torch.Tensor, mask: torch.Tensor, mode: str, max_len: Optional[int] = None) -> torch.Tensor:
@@ -108,3 +120,20 @@ def aggregate(loss_mat: torch.Tensor, mask: torch.Tensor, mode: str, max_len: Op
     if mask.shape != loss_mat.shape:
         raise ValueError(f"mask must have the shape of loss_mat {tuple(loss_mat.shape)}, got {tuple(mask.shape)}")
     return AGGREGATION_MODES.get(mode)(loss_mat, mask, max_len)
+
+
+def aggregate_many(loss_mats: torch.Tensor, mask: torch.Tensor, mode: str, max_len: Optional[int] = None) -> torch.Tensor:
+    """K per-token losses under one mask, (K, B, T), reduced to (K,): entry k is bit-equal to
+    ``aggregate(loss_mats[k], mask, mode, max_len)``. One pass for the built-in modes; a registered mode
+    without ``stackable = True`` is called once per k."""
+    if mode not in AGGREGATION_MODES:
+        raise ValueError(f"mode must be one of {list(AGGREGATION_MODES.names())}, got {mode!r}")
+    check_float(loss_mats, "loss_mats", ndim=3)
+    mask = as_mask(mask)
+    if mask.shape != loss_mats.shape[1:]:
+        raise ValueError(f"mask must have the shape of loss_mats[k] {tuple(loss_mats.shape[1:])}, "
+                         f"got {tuple(mask.shape)}")
+    fn = AGGREGATION_MODES.get(mode)
+    if getattr(fn, "stackable", False):
+        return fn(loss_mats, mask, max_len)
+    return torch.stack([fn(x, mask, max_len) for x in loss_mats])

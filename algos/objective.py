@@ -31,7 +31,7 @@ from typing import Dict, Optional, Sequence, Tuple
 
 import torch
 
-from algos._checks import as_mask, check_float, masked_mean
+from algos._checks import as_mask, check_float, complement, masked_mean
 from algos.advantages import value_loss, zero_variance_groups
 from algos.groups import layout
 from algos.aggregate import aggregate
@@ -161,9 +161,10 @@ def compute_advantages(
             raise ValueError("old_logp and ref_logp (B, T) are required for kl.placement='reward'")
         check_float(old_logp, "old_logp", shape=mask.shape)
         check_float(ref_logp, "ref_logp", shape=mask.shape)
-        old = old_logp.detach().masked_fill(~mask, 0.0)
-        ref = ref_logp.detach().masked_fill(~mask, 0.0)
-        kl_tok = estimate(old, ref, cfg.kl.estimator, clamp=cfg.kl.clamp).to(R.dtype).masked_fill(~mask, 0.0)
+        inv = complement(mask)
+        old = old_logp.detach().masked_fill(inv, 0.0)
+        ref = ref_logp.detach().masked_fill(inv, 0.0)
+        kl_tok = estimate(old, ref, cfg.kl.estimator, clamp=cfg.kl.clamp).to(R.dtype).masked_fill(inv, 0.0)
         metrics["kl_in_reward_mean"] = masked_mean(kl_tok, mask)
         token_penalty = -cfg.kl.beta * kl_tok
         token_rewards = outcome_on_last_token() + token_penalty if est.reads_token_rewards else None
@@ -255,10 +256,11 @@ def compute_loss(
         raise ValueError("ref_logp (B, T) is required for kl.placement='loss' with beta > 0")
     if ref_logp is not None:
         check_float(ref_logp, "ref_logp", shape=mask.shape)
-        lp = logp.masked_fill(~mask, 0.0)  # sanitise before exp/log: garbage must not reach the gradient
-        ref = ref_logp.detach().masked_fill(~mask, 0.0)
+        inv = complement(mask)
+        lp = logp.masked_fill(inv, 0.0)  # sanitise before exp/log: garbage must not reach the gradient
+        ref = ref_logp.detach().masked_fill(inv, 0.0)
         if kl_in_loss:
-            old = old_logp.detach().masked_fill(~mask, 0.0)
+            old = old_logp.detach().masked_fill(inv, 0.0)
             kl_mat = estimate(lp, ref, cfg.kl.estimator, old_logp=old, clamp=cfg.kl.clamp)  # (B, T)
             kl_loss = aggregate(kl_mat, mask, agg, L)
             loss = loss + cfg.kl.beta * kl_loss
@@ -268,7 +270,7 @@ def compute_loss(
 
     if entropy is not None:
         check_float(entropy, "entropy", shape=mask.shape)
-        ent = aggregate(entropy.masked_fill(~mask, 0.0), mask, agg, L)
+        ent = aggregate(entropy.masked_fill(complement(mask), 0.0), mask, agg, L)
         metrics["entropy"] = ent.detach()
         if cfg.loss.entropy_coef != 0.0:
             loss = loss - cfg.loss.entropy_coef * ent

@@ -40,7 +40,7 @@ from typing import Callable, Optional, Tuple
 
 import torch
 
-from algos._checks import as_mask, check_float
+from algos._checks import any_valid, as_mask, check_float, complement, row_counts, valid_count
 from algos.aggregate import aggregate
 from algos.registry import AGGREGATION_MODES, RATIO_LEVELS, SURROGATES
 from algos.surrogates import OPTION_DEFAULTS
@@ -75,15 +75,15 @@ class RatioLevel:
 def token_log_ratio(logp: torch.Tensor, old_logp: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """(B, T) log r_it = clamp(lp - old, -20, 20); 0 at masked positions."""
     mask = as_mask(mask)
-    diff = (logp - old_logp).masked_fill(~mask, 0.0)
+    diff = (logp - old_logp).masked_fill(complement(mask), 0.0)
     return diff.clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
 
 
 def sequence_log_ratio(logp: torch.Tensor, old_logp: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """(B,) log s_i = (1/|y_i|) sum_t m (lp - old), clamped to [-20, 20]; 0 for an empty row (GSPO)."""
     mask = as_mask(mask)
-    diff = (logp - old_logp).masked_fill(~mask, 0.0)
-    n = mask.sum(-1).to(diff.dtype).clamp(min=1.0)
+    diff = (logp - old_logp).masked_fill(complement(mask), 0.0)
+    n = row_counts(mask, diff.dtype)[0]  # |y_i|, >= 1
     return (diff.sum(-1) / n).clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
 
 
@@ -92,11 +92,11 @@ def sequence_token_log_ratio(logp: torch.Tensor, old_logp: torch.Tensor, mask: t
     mask = as_mask(mask)
     log_s = sequence_log_ratio(logp, old_logp, mask).detach()[:, None]  # (B, 1)
     out = logp - logp.detach() + log_s
-    return out.masked_fill(~mask, 0.0)
+    return out.masked_fill(complement(mask), 0.0)
 
 
 def _sequence_broadcast(logp, old_logp, mask):
-    return sequence_log_ratio(logp, old_logp, mask)[:, None].expand(mask.shape).masked_fill(~mask, 0.0)
+    return sequence_log_ratio(logp, old_logp, mask)[:, None].expand(mask.shape).masked_fill(complement(mask), 0.0)
 
 
 RATIO_LEVELS.register("token", RatioLevel(token_log_ratio, per_sequence=False))
@@ -183,12 +183,13 @@ def policy_loss(
             )
 
     # garbage under the mask is replaced before any arithmetic, so it reaches neither value nor gradient
-    lp = logp.masked_fill(~mask, 0.0)
-    old = old_logp.detach().masked_fill(~mask, 0.0)
+    inv = complement(mask)
+    lp = logp.masked_fill(inv, 0.0)
+    old = old_logp.detach().masked_fill(inv, 0.0)
     adv = advantages.detach()
     if adv.dim() == 1:
         adv = adv[:, None].expand(mask.shape)
-    adv = adv.masked_fill(~mask, 0.0)  # (B, T)
+    adv = adv.masked_fill(inv, 0.0)  # (B, T)
 
     level = RATIO_LEVELS.get(ratio)
     log_r = level.log_ratio(lp, old, mask)  # (B, T)
@@ -204,8 +205,7 @@ def policy_loss(
         x = x.clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
         # the metrics below are aggregate(., "token_mean") / masked_mean / masked_max / masked_min, with the
         # mask's complement, token count and any() computed once (the same operations, so the same numbers)
-        inv = ~mask
-        n_tok = mask.sum().to(dtype).clamp(min=1.0)
+        n_tok = valid_count(mask, dtype)
 
         def token_mean(v):  # = masked_mean(v, mask) = aggregate(v, mask, "token_mean")
             return v.masked_fill(inv, 0.0).sum() / n_tok
@@ -214,7 +214,7 @@ def policy_loss(
             return aggregate(v, mask, "seq_mean_token_mean") if level.per_sequence else token_mean(v)
 
         big = torch.finfo(dtype).max
-        any_valid = mask.any()
+        any_tok = any_valid(mask)
         r_max, r_min = rd.masked_fill(inv, -big).amax(), rd.masked_fill(inv, big).amin()
         metrics = {}
         for key, name, mean in (("clipfrac_low", "clip_low", unit_mean), ("clipfrac_high", "clip_high", unit_mean),
@@ -223,8 +223,8 @@ def policy_loss(
             # an event the surrogate does not report is 0 everywhere: its mean is 0
             metrics[key] = mean(e.to(dtype)) if e is not None else torch.zeros((), dtype=dtype, device=mask.device)
         metrics["ratio_mean"] = unit_mean(rd)
-        metrics["ratio_max"] = torch.where(any_valid, r_max, torch.zeros_like(r_max))
-        metrics["ratio_min"] = torch.where(any_valid, r_min, torch.zeros_like(r_min))
+        metrics["ratio_max"] = torch.where(any_tok, r_max, torch.zeros_like(r_max))
+        metrics["ratio_min"] = torch.where(any_tok, r_min, torch.zeros_like(r_min))
         metrics["approx_kl"] = token_mean(torch.expm1(x) - x)
         metrics = {k: metrics[k] for k in ("clipfrac_low", "clipfrac_high", "ratio_mean", "ratio_max", "ratio_min",
                                            "dual_clip_frac", "approx_kl")}

@@ -142,11 +142,6 @@ def peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-def _masked_mean(x: torch.Tensor, mask: torch.Tensor) -> float:
-    n = mask.sum()
-    return float((x * mask).sum() / n) if n > 0 else float("nan")
-
-
 def _mean(xs) -> float:
     xs = [x for x in xs if x is not None and not (isinstance(x, float) and math.isnan(x))]
     return float(sum(xs) / len(xs)) if xs else float("nan")
@@ -154,6 +149,17 @@ def _mean(xs) -> float:
 
 def _to_float(v):
     return float(v.detach()) if torch.is_tensor(v) else float(v)
+
+
+def _floats(d: dict) -> dict:
+    """{key: float} of a dict of numbers and 0-dim tensors; the tensors (of one dtype) are read with one device
+    sync, not one each (the same values as float(t))."""
+    tensors = [v for v in d.values() if torch.is_tensor(v)]
+    if len(tensors) < 2 or len({(t.dtype, t.device) for t in tensors}) > 1 or any(t.dim() for t in tensors):
+        return {k: _to_float(v) for k, v in d.items()}
+    with torch.no_grad():
+        values = iter(torch.stack(tensors).tolist())
+    return {k: next(values) if torch.is_tensor(v) else float(v) for k, v in d.items()}
 
 
 class JsonlWriter:
@@ -568,13 +574,12 @@ def rollout(s: Setup, problems: list, group_size: int | list, params: SamplingPa
             if bool(bad.any()):
                 texts = [INVALID_MARK + t if b else t for t, b in zip(texts, bad.tolist())]
         results = [s.task.reward(p, t, bool(tr)) for p, t, tr in zip(probs, texts, gen.truncated.tolist())]
-    dev = s.device
+    # the per-response numbers in one tensor (float64 holds each exactly; one copy instead of four), then split
+    cols = torch.tensor([(r.reward, r.correct, p.difficulty, bool(getattr(r, "malformed", False)))
+                         for r, p in zip(results, probs)], dtype=torch.float64).view(-1, 4).to(s.device).unbind(-1)
     return Batch(p_ids, p_mask, gen.response_ids, gen.response_mask, gen.logp, gen.truncated,
-                 torch.tensor([r.reward for r in results], dtype=torch.float32, device=dev),
-                 torch.tensor([r.correct for r in results], device=dev),
-                 torch.tensor([p.difficulty for p in probs], device=dev), texts, probs,
-                 [getattr(r, "reason", "") for r in results],
-                 torch.tensor([bool(getattr(r, "malformed", False)) for r in results], device=dev), sizes, forced)
+                 cols[0].to(torch.float32), cols[1] != 0, cols[2].to(torch.long), texts, probs,
+                 [getattr(r, "reason", "") for r in results], cols[3] != 0, sizes, forced)
 
 
 def _on_device(s: Setup, gen: Generation) -> Generation:
@@ -958,11 +963,33 @@ def weight_shares(adv: torch.Tensor, mask: torch.Tensor, difficulty: torch.Tenso
     directions may still cancel); NaN on a step whose advantages are all zero. Difficulty-bias study (issue 12.4).
     """
     absadv = adv.abs().masked_fill(~mask, 0.0)
-    sums = [algos.aggregate(absadv, mask, agg, max_len)]
-    sums += [algos.aggregate(absadv * (difficulty == d).unsqueeze(-1), mask, agg, max_len) for d in difficulties]
-    total, *parts = torch.stack(sums).tolist()  # one device sync, not one per difficulty
+    # row selectors (1 + D, B): every row (the total), then each difficulty's; one stacked aggregation, one sync
+    sel = difficulty.unsqueeze(0) == torch.tensor(difficulties, device=difficulty.device).unsqueeze(-1)
+    sel = torch.cat([torch.ones_like(sel[:1]), sel])
+    total, *parts = algos.aggregate_many(absadv * sel.unsqueeze(-1), mask, agg, max_len).tolist()
     return {f"adv/weight_share_d{d}": part / total if total > 0 else float("nan")
             for d, part in zip(difficulties, parts)}
+
+
+def _group_weights(adv: torch.Tensor, mask: torch.Tensor, correct: torch.Tensor, G: int) -> dict:
+    """Difficulty-bias measurement with equal groups of G: adv/group_weight_k<k>, the mean over the groups whose
+    pass count is k of their total advantage weight sum_i |A_i| (A_i the response's mean token advantage), and
+    adv/groups_k<k>, how many groups that is."""
+    seq_adv = (adv * mask).sum(-1) / mask.sum(-1).clamp(min=1)
+    k_of = correct.view(-1, G).sum(-1).tolist()
+    weight = seq_adv.abs().view(-1, G).sum(-1)
+    # the groups in order of k (by group index within a k): each k's weights are one contiguous slice, so one
+    # gather and one sync for every k (each slice's mean is that of weight[groups with that k])
+    order = sorted(range(len(k_of)), key=k_of.__getitem__)
+    ks = sorted(set(k_of))
+    counts = [k_of.count(k) for k in ks]
+    by_k = weight[torch.tensor(order, device=weight.device)].split(counts)
+    means = torch.stack([w.mean() for w in by_k]).tolist()
+    m = {}
+    for k, n, mean in zip(ks, counts, means):
+        m[f"adv/group_weight_k{k}"] = mean
+        m[f"adv/groups_k{k}"] = n
+    return m
 
 
 def update(s: Setup, b: Batch, opt, critic_opt, step: int) -> dict:
@@ -1000,18 +1027,12 @@ def update(s: Setup, b: Batch, opt, critic_opt, step: int) -> dict:
         m.update(_group_weights_by_size(adv, mask, b.correct, b.group_sizes))
     elif G > 1 and b.size % G == 0:
         # difficulty-bias measurement: a group's total advantage weight sum_i |A_i| against its pass count k
-        seq_adv = (adv * mask).sum(-1) / mask.sum(-1).clamp(min=1)
-        k_of = b.correct.view(-1, G).sum(-1).tolist()
-        weight = seq_adv.abs().view(-1, G).sum(-1)
-        for k in sorted(set(k_of)):
-            rows = [i for i, ki in enumerate(k_of) if ki == k]
-            m[f"adv/group_weight_k{k}"] = float(weight[torch.tensor(rows, device=weight.device)].mean())
-            m[f"adv/groups_k{k}"] = len(rows)
+        m.update(_group_weights(adv, mask, b.correct, G))
 
     B = b.size
     mb = B // obj.n_minibatches
     sums = defaultdict(list)
-    kl_parts = defaultdict(list)
+    kl_parts = []  # per first-pass minibatch: ((5,) masked sums of the KL metrics' per-token values, token count)
     gen = _gen(s.cfg.seed, step, 1)
     for epoch in range(obj.n_epochs):
         perm = torch.randperm(B, generator=gen) if obj.n_minibatches > 1 else None
@@ -1036,13 +1057,7 @@ def update(s: Setup, b: Batch, opt, critic_opt, step: int) -> dict:
             with timed(s, "optimizer"):
                 gn = torch.nn.utils.clip_grad_norm_(s.policy_params, s.cfg.optim.grad_clip or float("inf"))
                 opt.step()
-            gn_f, clip = float(gn), s.cfg.optim.grad_clip
-            sums["optim/grad_norm"].append(gn_f)
-            if clip:  # clip_grad_norm_ scales every gradient by min(1, clip / (norm + 1e-6))
-                sums["optim/grad_norm_clipped"].append(gn_f * min(1.0, clip / (gn_f + 1e-6)))
-                sums["optim/clip_active"].append(float(gn_f > clip))
-            for k, v in rename(lm).items():
-                sums[k].append(_to_float(v))
+            loss_metrics = rename(lm)  # 0-dim tensors: turned into floats below, with one sync per minibatch
             if critic_opt is not None:
                 with timed(s, "critic"):
                     v_new = score_values(s.critic, b.prompt_ids[rows], b.prompt_mask[rows], b.response_ids[rows],
@@ -1053,33 +1068,38 @@ def update(s: Setup, b: Batch, opt, critic_opt, step: int) -> dict:
                     (obj.value.coef * vloss).backward()
                     torch.nn.utils.clip_grad_norm_(s.critic.parameters(), s.cfg.optim.grad_clip or float("inf"))
                     critic_opt.step()
-                    for k, v in rename(vm).items():
-                        sums[k].append(_to_float(v))
+                    loss_metrics.update(rename(vm))
             with torch.no_grad(), timed(s, "metrics"):
                 # spread of the importance ratio at the start of each optimizer step (the off-policy axis)
                 lr = (sc.logp.detach() - b.old_logp[rows]) * mk
                 valid = lr[mk]
-                sums["policy/log_ratio_std"].append(float(valid.std(correction=0)) if valid.numel() else 0.0)
+                loss_metrics["policy/log_ratio_std"] = valid.std(correction=0) if valid.numel() else 0.0
                 seq_lr = lr.sum(-1) / mk.sum(-1).clamp(min=1)
-                sums["policy/seq_log_ratio_std"].append(float(seq_lr.std()) if len(seq_lr) > 1 else 0.0)
+                loss_metrics["policy/seq_log_ratio_std"] = seq_lr.std() if len(seq_lr) > 1 else 0.0
                 if first_pass:
                     rm = gen_mask[rows]
-                    sums["policy/entropy"].append(_masked_mean(sc.entropy, rm))
+                    loss_metrics["policy/entropy"] = (sc.entropy * rm).sum() / rm.sum()  # NaN without a token
                     if want_logits:
-                        lp = sc.logp.detach()
+                        lp, ref_lp = sc.logp.detach(), ref.logp[rows]
                         rev, fwd = KL.exact_kl_both_from_log_probs(sc.log_probs.detach(), ref.log_probs[rows])
-                        kl_parts["kl/exact"].append((rev, rm))
-                        kl_parts["kl/exact_fwd"].append((fwd, rm))
-                        for kind in ("k1", "k2", "k3"):
-                            kl_parts[f"kl/{kind}"].append((KL.estimate(lp, ref.logp[rows], kind), rm))
+                        per_token = [rev, fwd] + [KL.estimate(lp, ref_lp, kind) for kind in ("k1", "k2", "k3")]
+                        kl_parts.append(((torch.stack(per_token) * rm).sum((-2, -1)), rm.sum()))
+                floats = _floats({"optim/grad_norm": gn, **loss_metrics})
+            gn_f, clip = floats.pop("optim/grad_norm"), s.cfg.optim.grad_clip
+            sums["optim/grad_norm"].append(gn_f)
+            if clip:  # clip_grad_norm_ scales every gradient by min(1, clip / (norm + 1e-6))
+                sums["optim/grad_norm_clipped"].append(gn_f * min(1.0, clip / (gn_f + 1e-6)))
+                sums["optim/clip_active"].append(float(gn_f > clip))
+            for k, v in floats.items():
+                sums[k].append(v)
     for k, v in sums.items():
         m[k] = reduce(k, v)
-    den = None  # every KL metric is weighted by the same response masks: count their tokens once
-    for k, parts in kl_parts.items():
-        num = sum(float((x * r).sum()) for x, r in parts)
-        if den is None:
-            den = sum(float(r.sum()) for _, r in parts)
-        m[k] = num / den if den else float("nan")
+    if kl_parts:  # every KL metric is weighted by the same response masks: sum over minibatches, then divide
+        nums = torch.stack([x for x, _ in kl_parts]).tolist()
+        den = sum(float(n) for n in torch.stack([n for _, n in kl_parts]).tolist())
+        for i, k in enumerate(("kl/exact", "kl/exact_fwd", "kl/k1", "kl/k2", "kl/k3")):
+            num = sum(part[i] for part in nums)
+            m[k] = num / den if den else float("nan")
     m["optim/steps"] = len(sums["optim/grad_norm"])
     m["optim/tokens"] = int(b.response_mask.sum()) * obj.n_epochs
     return m

@@ -42,8 +42,40 @@ def _encode_batch(tokenizer, texts: list[str], add_special_tokens: bool = False)
     texts even on an idle machine. Same ids either way."""
     rust = getattr(tokenizer, "_tokenizer", None)
     if rust is not None and hasattr(rust, "encode"):
+        chars = _char_table(tokenizer)
+        if chars is not None and (not add_special_tokens or rust.post_processor is None):
+            table, unk, added = chars
+            return [[table.get(c, unk) for c in t] if unk is not None and not any(a in t for a in added)
+                    else rust.encode(t, add_special_tokens=add_special_tokens).ids for t in texts]
         return [rust.encode(t, add_special_tokens=add_special_tokens).ids for t in texts]
     return [tokenizer.encode(t, add_special_tokens=add_special_tokens) for t in texts]
+
+
+def _char_table(tokenizer):
+    """For a character-level word tokenizer (each character its own pre-token, looked up in a WordLevel vocabulary,
+    no normaliser: the task tokenizer of envs.tokenizer): (char -> id, the unknown id, the added tokens' texts), so
+    a text without an added token encodes by table look-up (~5x faster for short prompts). Checked once per
+    tokenizer against the tokenizer itself on every ordered pair of its characters and on unknown characters; None
+    for any other tokenizer. Cached on the tokenizer object."""
+    cached = getattr(tokenizer, "_objbench_char_table", False)
+    if cached is not False:
+        return cached
+    out = None
+    rust = tokenizer._tokenizer
+    if type(rust.model).__name__ == "WordLevel" and rust.normalizer is None:
+        added = tuple(t.content for t in tokenizer.added_tokens_decoder.values())
+        table = {c: i for c, i in rust.get_vocab(with_added_tokens=False).items() if len(c) == 1}
+        unk_tok = getattr(rust.model, "unk_token", None)
+        unk = rust.token_to_id(unk_tok) if unk_tok else None
+        probe = "".join(a + b for a in table for b in table) + "\n\t\u2603"
+        if table and unk is not None and not any(a in probe for a in added):
+            if rust.encode(probe, add_special_tokens=False).ids == [table.get(c, unk) for c in probe]:
+                out = (table, unk, added)
+    try:
+        tokenizer._objbench_char_table = out
+    except AttributeError:  # pragma: no cover - a tokenizer object that takes no new attributes
+        pass
+    return out
 
 
 def encode_prompts(tokenizer, texts: list[str], bos_id: int, pad_id: int):
