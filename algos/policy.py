@@ -41,7 +41,7 @@ from typing import Callable, Optional, Tuple
 import torch
 
 from algos._checks import any_valid, as_mask, check_float, complement, row_counts, valid_count
-from algos.aggregate import aggregate
+from algos.aggregate import aggregate, aggregate_many
 from algos.registry import AGGREGATION_MODES, RATIO_LEVELS, SURROGATES
 from algos.surrogates import OPTION_DEFAULTS
 
@@ -203,29 +203,28 @@ def policy_loss(
         rd = r.detach()
         x = old - lp.detach()  # log pi_old / pi_theta per token
         x = x.clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
-        # the metrics below are aggregate(., "token_mean") / masked_mean / masked_max / masked_min, with the
-        # mask's complement, token count and any() computed once (the same operations, so the same numbers)
-        n_tok = valid_count(mask, dtype)
-
-        def token_mean(v):  # = masked_mean(v, mask) = aggregate(v, mask, "token_mean")
-            return v.masked_fill(inv, 0.0).sum() / n_tok
-
-        def unit_mean(v):  # per token, or per sequence for a sequence-level ratio
-            return aggregate(v, mask, "seq_mean_token_mean") if level.per_sequence else token_mean(v)
-
+        # the metrics below are aggregates / masked_max / masked_min, with the mask's complement, counts and any()
+        # memoised (algos._checks.mask_memo: the same operations, so the same numbers)
         big = torch.finfo(dtype).max
         any_tok = any_valid(mask)
         r_max, r_min = rd.masked_fill(inv, -big).amax(), rd.masked_fill(inv, big).amin()
-        metrics = {}
-        for key, name, mean in (("clipfrac_low", "clip_low", unit_mean), ("clipfrac_high", "clip_high", unit_mean),
-                                ("dual_clip_frac", "dual_clip", token_mean)):
-            e = events.get(name)
-            # an event the surrogate does not report is 0 everywhere: its mean is 0
-            metrics[key] = mean(e.to(dtype)) if e is not None else torch.zeros((), dtype=dtype, device=mask.device)
-        metrics["ratio_mean"] = unit_mean(rd)
+        # the means, stacked: aggregate_many gives each one's aggregate(., mask, mode) to the last bit. The clip
+        # fractions and the mean ratio per token, or per sequence for a sequence-level ratio; the rest per token.
+        # An event the surrogate does not report is 0 everywhere: its mean is 0.
+        zero = torch.zeros((), dtype=dtype, device=mask.device)
+        unit = [("clipfrac_low", events.get("clip_low")), ("clipfrac_high", events.get("clip_high")),
+                ("ratio_mean", rd)]
+        tok = [("dual_clip_frac", events.get("dual_clip")), ("approx_kl", torch.expm1(x) - x)]
+        unit, tok = [(k, v) for k, v in unit if v is not None], [(k, v) for k, v in tok if v is not None]
+        if not level.per_sequence:
+            unit, tok = [], unit + tok
+        metrics = {"clipfrac_low": zero, "clipfrac_high": zero, "dual_clip_frac": zero}
+        for items, mode in ((unit, "seq_mean_token_mean"), (tok, "token_mean")):
+            if items:
+                means = aggregate_many(torch.stack([v.to(dtype) for _, v in items]), mask, mode)
+                metrics.update(zip([k for k, _ in items], means.unbind()))
         metrics["ratio_max"] = torch.where(any_tok, r_max, torch.zeros_like(r_max))
         metrics["ratio_min"] = torch.where(any_tok, r_min, torch.zeros_like(r_min))
-        metrics["approx_kl"] = token_mean(torch.expm1(x) - x)
         metrics = {k: metrics[k] for k in ("clipfrac_low", "clipfrac_high", "ratio_mean", "ratio_max", "ratio_min",
                                            "dual_clip_frac", "approx_kl")}
     return loss, metrics

@@ -1,0 +1,117 @@
+"""The shortcuts that keep the harness's own time per step small compute exactly what they replace:
+algos.aggregate_many (numbers worked out by hand, and bit-equal to one aggregate per loss), the per-thread mask
+memo of algos._checks (recomputed after an in-place change, never kept for inference tensors, safe to reuse
+across inference mode and autograd), and the character tokenizer's table encoding (equal to the tokenizer's own
+ids; other tokenizers never take it)."""
+
+import random
+
+import pytest
+import torch
+
+import algos
+from algos import _checks
+from algos.aggregate import AGGREGATION_MODES
+from envs.tokenizer import build_char_tokenizer
+from rollout.sft import _char_table, _encode_batch
+
+MODES = ("token_mean", "seq_mean_token_mean", "seq_mean_token_sum", "seq_mean_token_sum_norm")
+
+
+def _hand_case():
+    mask = torch.tensor([[True, True, False], [True, False, False]])
+    l1 = torch.tensor([[1.0, 3.0, 99.0], [4.0, 99.0, 99.0]])
+    l2 = torch.tensor([[2.0, 2.0, 99.0], [0.0, 99.0, 99.0]])
+    return torch.stack([l1, l2]), mask
+
+
+@pytest.mark.parametrize("mode,expected", [
+    ("token_mean", [8 / 3, 4 / 3]),  # (1 + 3 + 4) / 3 tokens; (2 + 2 + 0) / 3
+    ("seq_mean_token_mean", [3.0, 1.0]),  # ((1 + 3) / 2 + 4 / 1) / 2 rows; ((2 + 2) / 2 + 0) / 2
+    ("seq_mean_token_sum", [4.0, 2.0]),  # (4 + 4) / 2; (4 + 0) / 2
+    ("seq_mean_token_sum_norm", [1.0, 0.5]),  # 8 / (2 rows * L = 4); 4 / 8
+])
+def test_aggregate_many_by_hand(mode, expected):
+    losses, mask = _hand_case()
+    out = algos.aggregate_many(losses, mask, mode, max_len=4)
+    assert out.shape == (2,)
+    assert out.tolist() == pytest.approx(expected, abs=1e-6)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_aggregate_many_is_bit_equal_to_aggregate(mode):
+    g = torch.Generator().manual_seed(0)
+    for B, T, K in ((1, 1, 1), (4, 7, 3), (64, 12, 4), (33, 40, 5)):
+        mask = torch.rand(B, T, generator=g) > 0.4
+        mask[0] = False  # an empty row
+        losses = torch.randn(K, B, T, generator=g)
+        losses[:, ~mask] = float("nan")  # garbage under the mask never enters
+        out = algos.aggregate_many(losses, mask, mode, max_len=T)
+        for k in range(K):
+            assert torch.equal(out[k], algos.aggregate(losses[k], mask, mode, max_len=T)), (mode, B, T, k)
+
+
+def test_aggregate_many_calls_a_mode_without_stackable_once_per_loss(monkeypatch):
+    fn = AGGREGATION_MODES.get("seq_mean_token_sum")
+    monkeypatch.setattr(fn, "stackable", False)
+    losses, mask = _hand_case()
+    assert algos.aggregate_many(losses, mask, "seq_mean_token_sum").tolist() == pytest.approx([4.0, 2.0])
+
+
+def test_aggregate_many_rejects_bad_input():
+    losses, mask = _hand_case()
+    with pytest.raises(ValueError, match="mode"):
+        algos.aggregate_many(losses, mask, "nope")
+    with pytest.raises(ValueError, match="loss_mats"):
+        algos.aggregate_many(losses[0], mask, "token_mean")
+    with pytest.raises(ValueError, match="mask"):
+        algos.aggregate_many(losses, mask[:, :2], "token_mean")
+
+
+def test_mask_memo_follows_in_place_changes():
+    mask = torch.tensor([[True, False, True]])
+    assert torch.equal(_checks.complement(mask), ~mask)
+    assert _checks.valid_count(mask, torch.float32).item() == 2.0
+    mask[0, 1] = True  # in place: the version counter moves, the memo recomputes
+    assert torch.equal(_checks.complement(mask), ~mask)
+    assert _checks.valid_count(mask, torch.float32).item() == 3.0
+    assert _checks.row_counts(mask, torch.float32)[0].tolist() == [3.0]
+    other = torch.tensor([[False, False, False]])  # another tensor: its own values (counts clamped to 1)
+    assert _checks.valid_count(other, torch.float32).item() == 1.0
+    assert _checks.row_counts(other, torch.float32)[1].item() == 1.0
+
+
+def test_mask_memo_never_keeps_inference_tensors_and_mixes_with_autograd():
+    with torch.inference_mode():
+        inf_mask = torch.tensor([[True, False]])
+        assert torch.equal(_checks.complement(inf_mask), ~inf_mask)
+    assert _checks._memo.ref is None or _checks._memo.ref() is not inf_mask
+    mask = torch.tensor([[True, True, False], [True, False, False]])
+    with torch.inference_mode():  # memoised under inference mode ...
+        algos.aggregate(torch.ones(2, 3), mask, "seq_mean_token_mean")
+    x = torch.ones(2, 3, requires_grad=True)  # ... then used with autograd: recomputed, so it can be saved
+    algos.aggregate(x * 2.0, mask, "seq_mean_token_mean").backward()
+    assert x.grad.tolist() == [[0.5, 0.5, 0.0], [1.0, 0.0, 0.0]]  # d/dx of (1/2)(2(x1+x2)/2 + 2 x3)
+
+
+def test_char_tokenizer_table_encoding_matches_the_tokenizer():
+    tok = build_char_tokenizer()
+    assert _char_table(tok) is not None
+    rust = tok._tokenizer
+    rng = random.Random(0)
+    pieces = list("0123456789+=-*.# /()") + ["a", "\n", "<", ">", "<eos>", "<pad>", "<unk>", "<bos>", "é"]
+    texts = ["".join(rng.choice(pieces) for _ in range(rng.randint(0, 15))) for _ in range(2000)]
+    assert _encode_batch(tok, texts) == [rust.encode(t, add_special_tokens=False).ids for t in texts]
+
+
+def test_a_bpe_tokenizer_never_takes_the_table_path():
+    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    core = Tokenizer(models.BPE(unk_token="<unk>"))
+    core.pre_tokenizer = pre_tokenizers.Whitespace()
+    core.train_from_iterator(["12+34=46", "7*8=56", "100-1=99"] * 50,
+                             trainers.BpeTrainer(vocab_size=60, special_tokens=["<unk>", "<eos>"]))
+    tok = PreTrainedTokenizerFast(tokenizer_object=core, unk_token="<unk>", eos_token="<eos>")
+    assert _char_table(tok) is None
+    assert _encode_batch(tok, ["12+34="]) == [core.encode("12+34=", add_special_tokens=False).ids]
