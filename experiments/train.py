@@ -1019,7 +1019,7 @@ def update(s: Setup, b: Batch, opt, critic_opt, step: int) -> dict:
             adv, returns, am = algos.compute_advantages(obj, rewards=b.rewards, mask=mask, values=values,
                                                         old_logp=b.old_logp, ref_logp=kl_ref, max_len=max_len,
                                                         group_sizes=b.group_sizes)
-    m.update({k: _to_float(v) for k, v in rename(am).items()})
+    m.update(_floats(rename(am)))
     if len(s.task.difficulties) > 1:
         m.update(weight_shares(adv, mask, b.difficulty, s.task.difficulties, obj.loss.agg, max_len))
     G = obj.group_size
