@@ -88,6 +88,10 @@ class Task(abc.ABC):
 
     name: str
     difficulties: tuple[int, ...]
+    # True: reward() is a pure function of (problem, completion, truncated), so the training loop verifies each
+    # distinct completion of a group once and reuses the result for its copies (about half the calls on the
+    # default run). A task whose reward is random or stateful sets it to False.
+    deterministic_reward: bool = True
     config: object
 
     @abc.abstractmethod

@@ -553,6 +553,22 @@ def decode_responses(tokenizer, ids: torch.Tensor) -> list[str]:
     return tokenizer.batch_decode(ids, skip_special_tokens=True)
 
 
+def _verify(task, probs: list, texts: list[str], truncated: list[bool]) -> list:
+    """task.reward of each response; with a deterministic reward (``task.deterministic_reward``) each distinct
+    (problem, text, truncated) is verified once and its copies share the (frozen) result."""
+    if not getattr(task, "deterministic_reward", False):
+        return [task.reward(p, t, bool(tr)) for p, t, tr in zip(probs, texts, truncated)]
+    seen: dict = {}
+    out = []
+    for p, t, tr in zip(probs, texts, truncated):
+        key = (id(p), t, bool(tr))  # a group's rows hold the same problem object; probs keeps it alive
+        r = seen.get(key)
+        if r is None:
+            r = seen[key] = task.reward(p, t, bool(tr))
+        out.append(r)
+    return out
+
+
 def rollout(s: Setup, problems: list, group_size: int | list, params: SamplingParams, generator) -> Batch:
     """G completions for each problem (or group_size[i] for problem i), decoded and scored by the task's verifier."""
     sizes = list(group_size) if isinstance(group_size, (list, tuple)) else None
@@ -573,7 +589,7 @@ def rollout(s: Setup, problems: list, group_size: int | list, params: SamplingPa
             bad = (torch.isin(gen.response_ids, s.bad_ids) & gen.response_mask).any(-1)
             if bool(bad.any()):
                 texts = [INVALID_MARK + t if b else t for t, b in zip(texts, bad.tolist())]
-        results = [s.task.reward(p, t, bool(tr)) for p, t, tr in zip(probs, texts, gen.truncated.tolist())]
+        results = _verify(s.task, probs, texts, gen.truncated.tolist())
     # the per-response numbers in one tensor (float64 holds each exactly; one copy instead of four), then split
     cols = torch.tensor([(r.reward, r.correct, p.difficulty, bool(getattr(r, "malformed", False)))
                          for r, p in zip(results, probs)], dtype=torch.float64).view(-1, 4).to(s.device).unbind(-1)

@@ -115,3 +115,29 @@ def test_a_bpe_tokenizer_never_takes_the_table_path():
     tok = PreTrainedTokenizerFast(tokenizer_object=core, unk_token="<unk>", eos_token="<eos>")
     assert _char_table(tok) is None
     assert _encode_batch(tok, ["12+34="]) == [core.encode("12+34=", add_special_tokens=False).ids]
+
+
+def test_a_deterministic_reward_verifies_each_distinct_completion_once():
+    from experiments.config import build_task, load_config
+    from experiments.train import _verify
+
+    task = build_task(load_config(None, []))
+    calls = []
+    real = task.reward
+
+    def counting(p, t, tr=False):
+        calls.append((p.uid, t, tr))
+        return real(p, t, tr)
+
+    task.reward = counting
+    p, q = task.prompts(0, 0, 2)
+    probs = [p, p, p, q, q]
+    texts = [p.answer, p.answer, "1", p.answer, "x"]  # q's rows: answer and text of the other problem
+    truncated = [False, False, False, False, True]
+    out = _verify(task, probs, texts, truncated)
+    assert len(calls) == 4 and out[0] is out[1]  # (p, answer) verified once, its copy shares the result
+    assert [r.correct for r in out] == [True, True, False, p.answer == q.answer, False]
+    assert out == [real(pp, t, tr) for pp, t, tr in zip(probs, texts, truncated)]
+    calls.clear()
+    task.deterministic_reward = False  # a random or stateful reward: every row is verified
+    assert _verify(task, probs, texts, truncated) == out and len(calls) == 5
