@@ -141,3 +141,57 @@ def test_a_deterministic_reward_verifies_each_distinct_completion_once():
     calls.clear()
     task.deterministic_reward = False  # a random or stateful reward: every row is verified
     assert _verify(task, probs, texts, truncated) == out and len(calls) == 5
+
+
+def test_peak_rss_reads_getrusage_only_where_it_equals_vmhwm(monkeypatch):
+    import experiments.train as T
+
+    if T._vmhwm_kb() is None:
+        pytest.skip("no /proc/self/status (not Linux)")
+    # this process: either path gives VmHWM, ru_maxrss within the kernel's per-CPU counter slack (< 1%)
+    ballast = bytearray(64 * 2 ** 20)  # raise the peak while the test runs
+    ballast[:: 4096] = b"x" * len(ballast[:: 4096])
+    for _ in range(2):
+        assert T.peak_rss_mb() == pytest.approx(T._vmhwm_kb() / 1024, rel=0.01)
+    del ballast
+
+    class Usage:
+        def __init__(self, kb):
+            self.ru_maxrss = kb
+
+    reads = []
+    state = {"ru": 900, "hwm": 300}  # a child that inherited its parent's 900 KiB peak; its own is 300
+
+    def hwm():
+        reads.append(1)
+        return state["hwm"]
+
+    monkeypatch.setattr(T, "_INHERITED_MAXRSS", None)
+    monkeypatch.setattr(T, "_vmhwm_kb", hwm)
+    monkeypatch.setattr(T.resource, "getrusage", lambda who: Usage(state["ru"]))
+    assert T.peak_rss_mb() == 300 / 1024 and len(reads) == 1  # ru_maxrss is the parent's: VmHWM is read
+    state["hwm"] = 800
+    assert T.peak_rss_mb() == 800 / 1024 and len(reads) == 2  # still below the inherited peak: read again
+    state["ru"] = state["hwm"] = 1000  # own peak past the inherited one: ru_maxrss is VmHWM, no read
+    assert T.peak_rss_mb() == 1000 / 1024 and len(reads) == 2
+    # a process whose ru_maxrss is its own from the start reads /proc once, then never again
+    monkeypatch.setattr(T, "_INHERITED_MAXRSS", None)
+    state["ru"] = state["hwm"] = 500
+    assert T.peak_rss_mb() == 500 / 1024 and len(reads) == 3
+    state["ru"] = 700
+    assert T.peak_rss_mb() == 700 / 1024 and len(reads) == 3
+
+
+def test_timed_adds_each_block_to_its_key_and_passes_exceptions():
+    from collections import defaultdict
+    from types import SimpleNamespace
+
+    from experiments.train import timed
+
+    s = SimpleNamespace(timers=defaultdict(float))
+    with timed(s, "a"):
+        pass
+    with pytest.raises(KeyError):
+        with timed(s, "b"):
+            raise KeyError("x")
+    assert set(s.timers) == {"a", "b"} and all(v >= 0 for v in s.timers.values())
