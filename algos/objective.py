@@ -256,21 +256,23 @@ def compute_loss(
         raise ValueError("ref_logp (B, T) is required for kl.placement='loss' with beta > 0")
     if ref_logp is not None:
         check_float(ref_logp, "ref_logp", shape=mask.shape)
-        inv = complement(mask)
-        lp = logp.masked_fill(inv, 0.0)  # sanitise before exp/log: garbage must not reach the gradient
-        ref = ref_logp.detach().masked_fill(inv, 0.0)
         if kl_in_loss:
+            inv = complement(mask)
+            lp = logp.masked_fill(inv, 0.0)  # sanitise before exp/log: garbage must not reach the gradient
+            ref = ref_logp.detach().masked_fill(inv, 0.0)
             old = old_logp.detach().masked_fill(inv, 0.0)
             kl_mat = estimate(lp, ref, cfg.kl.estimator, old_logp=old, clamp=cfg.kl.clamp)  # (B, T)
             kl_loss = aggregate(kl_mat, mask, agg, L)
             loss = loss + cfg.kl.beta * kl_loss
             metrics["kl_loss"] = kl_loss.detach()
         with torch.no_grad():
-            metrics["kl_ref"] = masked_mean(estimate(lp.detach(), ref, "k3"), mask)
+            # a metric, no gradient: garbage under the mask may give inf / nan there, which masked_mean drops
+            # (it fills those positions before summing); the valid positions' values are the sanitised ones
+            metrics["kl_ref"] = masked_mean(estimate(logp.detach(), ref_logp.detach(), "k3"), mask)
 
     if entropy is not None:
         check_float(entropy, "entropy", shape=mask.shape)
-        ent = aggregate(entropy.masked_fill(complement(mask), 0.0), mask, agg, L)
+        ent = aggregate(entropy, mask, agg, L)  # aggregate ignores (fills) what lies under ~mask
         metrics["entropy"] = ent.detach()
         if cfg.loss.entropy_coef != 0.0:
             loss = loss - cfg.loss.entropy_coef * ent

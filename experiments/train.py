@@ -43,6 +43,7 @@ from algos import filters as F
 from algos import groups as GR
 from algos import kl as KL
 from algos import schedules as SCH
+from algos._checks import row_counts
 from algos.advantages import zero_variance_groups
 from algos.registry import ADVANTAGE_ESTIMATORS
 from envs import task_spec
@@ -778,7 +779,7 @@ def collect(s: Setup, step: int, state: dict) -> tuple[Batch, Batch, dict]:
         _correct_groups(s, b, G)
         everything.append(b)
         if rounds == 1 and G > 1:  # before any filtering: how many fresh groups carry no signal
-            first_zero_var = float(zero_variance_groups(b.rewards, G).float().mean())
+            first_zero_var = zero_var_frac(b.rewards, G)
         if filt.dynamic_sampling:
             keep_groups = F.dynamic_sampling_keep(b.rewards, G)
             rows = keep_groups.repeat_interleave(G).nonzero().squeeze(-1)
@@ -976,6 +977,16 @@ def f32_mean_of_ints(total: int, n: int) -> float:
     return float(np.float32(total) / np.float32(n))
 
 
+def zero_var_frac(rewards: torch.Tensor, G: int) -> float:
+    """``float(zero_variance_groups(rewards, G).float().mean())``, the share of groups of G whose rewards are all
+    identical (exactly; a NaN is equal to nothing), from one ``tolist()`` instead of five tensor operations."""
+    rw = rewards.tolist()
+    if not rw or len(rw) % G:
+        return float(zero_variance_groups(rewards, G).float().mean())  # its error, or its NaN for no group
+    n = sum(all(v == rw[i] for v in rw[i:i + G]) for i in range(0, len(rw), G))
+    return f32_mean_of_ints(n, len(rw) // G)
+
+
 def rollout_metrics(b: Batch, task) -> dict:
     lengths = b.response_mask.sum(-1).tolist()
     c = b.correct.tolist()
@@ -1131,16 +1142,17 @@ def update(s: Setup, b: Batch, opt, critic_opt, step: int) -> dict:
                 lr = (sc.logp - pick(b.old_logp)) * mk
                 valid = lr[mk]
                 loss_metrics["policy/log_ratio_std"] = valid.std(correction=0) if valid.numel() else 0.0
-                seq_lr = lr.sum(-1) / mk.sum(-1).clamp(min=1)
+                seq_lr = lr.sum(-1) / row_counts(mk, lr.dtype)[0]  # response lengths, clamped to >= 1
                 loss_metrics["policy/seq_log_ratio_std"] = seq_lr.std() if len(seq_lr) > 1 else 0.0
                 if first_pass:
                     rm = pick(gen_mask)
-                    loss_metrics["policy/entropy"] = (sc.entropy * rm).sum() / rm.sum()  # NaN without a token
+                    n_rm = rm.sum()
+                    loss_metrics["policy/entropy"] = (sc.entropy * rm).sum() / n_rm  # NaN without a token
                     if want_logits:
                         lp, ref_lp = sc.logp, pick(ref.logp)
                         rev, fwd = KL.exact_kl_both_from_log_probs(sc.log_probs, pick(ref.log_probs))
                         per_token = [rev, fwd] + [KL.estimate(lp, ref_lp, kind) for kind in ("k1", "k2", "k3")]
-                        kl_parts.append(((torch.stack(per_token) * rm).sum((-2, -1)), rm.sum()))
+                        kl_parts.append(((torch.stack(per_token) * rm).sum((-2, -1)), n_rm))
                 floats = _floats({"optim/grad_norm": gn, **loss_metrics})
             gn_f, clip = floats.pop("optim/grad_norm"), s.cfg.optim.grad_clip
             sums["optim/grad_norm"].append(gn_f)

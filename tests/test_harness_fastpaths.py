@@ -195,3 +195,21 @@ def test_timed_adds_each_block_to_its_key_and_passes_exceptions():
         with timed(s, "b"):
             raise KeyError("x")
     assert set(s.timers) == {"a", "b"} and all(v >= 0 for v in s.timers.values())
+
+
+def test_zero_var_frac_equals_the_tensor_computation():
+    from algos.advantages import zero_variance_groups
+    from experiments.train import zero_var_frac
+
+    nan = float("nan")
+    cases = [([1.0, 1.0, 0.0, 0.0, 0.5, 0.5], 2), ([0.0, -0.0, 1.0, 1.0 + 2 ** -23], 2),
+             ([nan, nan, 1.0, 1.0, nan, 1.0], 2), ([0.25] * 8, 4), ([0.1, 0.2, 0.3], 3), ([0.1, 0.2, 0.3], 1)]
+    rng = random.Random(0)
+    cases += [([rng.choice([0.0, 0.1, 1.0]) for _ in range(8 * G)], G) for G in (2, 4, 8) for _ in range(20)]
+    for rewards, G in cases:
+        r = torch.tensor(rewards, dtype=torch.float32)
+        assert zero_var_frac(r, G) == float(zero_variance_groups(r, G).float().mean()), (rewards, G)
+    # 1 + 2**-24 rounds to 1.0 in float32: the comparison is on the tensor's values
+    assert zero_var_frac(torch.tensor([1.0, 1.0 + 2 ** -24]), 2) == 1.0
+    with pytest.raises(ValueError):
+        zero_var_frac(torch.ones(5), 2)  # not whole groups: the tensor function's own error
