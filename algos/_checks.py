@@ -160,11 +160,11 @@ def masked_max(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """Max over valid positions; 0 when nothing is valid (metrics only, never differentiated)."""
     big = torch.finfo(x.dtype).max
     out = x.masked_fill(complement(mask), -big).amax()
-    return torch.where(any_valid(mask), out, torch.zeros_like(out))
+    return torch.where(any_valid(mask), out, 0.0)
 
 
 def masked_min(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """Min over valid positions; 0 when nothing is valid (metrics only, never differentiated)."""
     big = torch.finfo(x.dtype).max
     out = x.masked_fill(complement(mask), big).amin()
-    return torch.where(any_valid(mask), out, torch.zeros_like(out))
+    return torch.where(any_valid(mask), out, 0.0)

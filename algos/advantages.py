@@ -217,7 +217,7 @@ def group_relative(
         return _group_relative_unequal(rewards, sizes, scale, eps)
     r = _grouped(rewards, G)
     zero_var = _zero_variance(r)  # (n, 1)
-    centered = torch.where(zero_var, torch.zeros_like(r), r - r.mean(dim=1, keepdim=True))  # R_i - mean_g R
+    centered = torch.where(zero_var, 0.0, r - r.mean(dim=1, keepdim=True))  # R_i - mean_g R
     if scale == "none":
         adv = centered
     else:
@@ -226,7 +226,7 @@ def group_relative(
         else:  # "batch"
             std = rewards.std(correction=1).expand_as(centered[:, :1])
         # zero-variance groups divide 0 by 1, so eps = 0 is safe too
-        denom = torch.where(zero_var, torch.ones_like(std), std + eps)
+        denom = torch.where(zero_var, 1.0, std + eps)
         adv = centered / denom
     return adv.reshape(-1)
 

@@ -34,7 +34,7 @@ import torch
 from algos._checks import as_mask, check_float, complement, masked_mean
 from algos.advantages import value_loss, zero_variance_groups
 from algos.groups import layout
-from algos.aggregate import aggregate
+from algos.aggregate import aggregate, aggregate_many
 from algos.config import ObjectiveConfig
 from algos.kl import estimate
 from algos.policy import policy_loss
@@ -197,10 +197,11 @@ def compute_advantages(
     if outcome_test:  # all-equal outcome groups: advantage 0 at every token, the KL noise discarded
         repeats = G if sizes is None else torch.tensor(sizes, device=zero_var.device)
         advantages = advantages.masked_fill(zero_var.repeat_interleave(repeats)[:, None], 0.0)
-    a_mean = masked_mean(advantages, mask)
+    # masked_mean of A and |A| in one stacked pass (aggregate_many's token_mean is masked_mean to the last bit)
+    a_mean, a_abs_mean = aggregate_many(torch.stack([advantages, advantages.abs()]), mask, "token_mean").unbind()
     metrics["adv_mean"] = a_mean
     metrics["adv_std"] = masked_mean((advantages - a_mean) ** 2, mask).sqrt()
-    metrics["adv_abs_mean"] = masked_mean(advantages.abs(), mask)
+    metrics["adv_abs_mean"] = a_abs_mean
     return advantages, returns, metrics
 
 

@@ -223,8 +223,8 @@ def policy_loss(
             if items:
                 means = aggregate_many(torch.stack([v.to(dtype) for _, v in items]), mask, mode)
                 metrics.update(zip([k for k, _ in items], means.unbind()))
-        metrics["ratio_max"] = torch.where(any_tok, r_max, torch.zeros_like(r_max))
-        metrics["ratio_min"] = torch.where(any_tok, r_min, torch.zeros_like(r_min))
+        metrics["ratio_max"] = torch.where(any_tok, r_max, 0.0)
+        metrics["ratio_min"] = torch.where(any_tok, r_min, 0.0)
         metrics = {k: metrics[k] for k in ("clipfrac_low", "clipfrac_high", "ratio_mean", "ratio_max", "ratio_min",
                                            "dual_clip_frac", "approx_kl")}
     return loss, metrics
