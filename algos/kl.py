@@ -31,7 +31,7 @@ import torch
 from algos._checks import check_float
 from algos.registry import KL_ESTIMATORS
 
-__all__ = ["estimate", "exact_kl", "exact_kl_both", "exact_kl_both_from_log_probs", "KL_ESTIMATORS", "KL_DIRECTIONS", "VALUE_FORMS"]
+__all__ = ["estimate", "value_estimates", "exact_kl", "exact_kl_both", "exact_kl_both_from_log_probs", "KL_ESTIMATORS", "KL_DIRECTIONS", "VALUE_FORMS"]
 
 _X_CLAMP = 20.0
 KL_DIRECTIONS = ("reverse", "forward")
@@ -123,6 +123,14 @@ def estimate(
     return out
 
 
+def value_estimates(logp: torch.Tensor, ref_logp: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(k1, k2, k3) per token, each bit-equal to ``estimate(logp, ref_logp, kind)``, sharing the log-ratio."""
+    check_float(logp, "logp")
+    check_float(ref_logp, "ref_logp", shape=logp.shape)
+    d = _k1(logp, ref_logp)
+    return d, 0.5 * d ** 2, _k3(logp, ref_logp)
+
+
 def exact_kl(logits: torch.Tensor, ref_logits: torch.Tensor, direction: str = "reverse") -> torch.Tensor:
     """Exact per-position KL over the vocabulary, computed with log_softmax (stable for any logit scale).
 
@@ -149,10 +157,10 @@ def exact_kl(logits: torch.Tensor, ref_logits: torch.Tensor, direction: str = "r
 
 
 def _kl_from_log_probs(logp: torch.Tensor, ref: torch.Tensor) -> torch.Tensor:
-    # sum_v p(v) (log p(v) - log ref(v)) with p = exp(logp); zero-probability terms contribute 0
+    # sum_v p(v) (log p(v) - log ref(v)) with p = exp(logp); zero-probability terms contribute 0 (where 0 * inf
+    # would be NaN); a NaN probability stays NaN
     p = logp.exp()
-    diff = torch.where(p > 0, logp - ref, torch.zeros_like(logp))
-    return (p * diff).sum(-1)
+    return torch.where(p == 0, 0.0, p * (logp - ref)).sum(-1)
 
 
 def exact_kl_both(logits: torch.Tensor, ref_logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

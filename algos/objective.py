@@ -37,7 +37,8 @@ from algos.groups import layout
 from algos.aggregate import aggregate, aggregate_many
 from algos.config import ObjectiveConfig
 from algos.kl import estimate
-from algos.policy import policy_loss
+from algos.policy import _check_args as _check_policy_loss_args
+from algos.policy import _masked_policy_loss
 from algos.registry import ADVANTAGE_ESTIMATORS
 from algos.surrogates import OPTION_DEFAULTS
 
@@ -239,17 +240,15 @@ def compute_loss(
     mask = as_mask(mask)  # once here: policy_loss and aggregate below then see a bool mask
     agg = cfg.loss.agg
     L = _loss_max_len(cfg, max_len)
-    loss, metrics = policy_loss(
-        logp,
-        old_logp,
-        advantages,
-        mask,
-        ratio=cfg.ratio.level,
-        surrogate=cfg.ratio.surrogate,
-        **{name: getattr(cfg.ratio, name) for name in OPTION_DEFAULTS},  # the surrogate options
-        agg=agg,
-        max_len=L,
-    )
+    # policy_loss(logp, old_logp, advantages, mask, ratio=..., surrogate=..., <surrogate options>, agg, max_len),
+    # with the masked log-probs kept for the KL term
+    options = {name: getattr(cfg.ratio, name) for name in OPTION_DEFAULTS}
+    sur = _check_policy_loss_args(logp, old_logp, advantages, mask, cfg.ratio.level, cfg.ratio.surrogate, agg,
+                                  options)
+    inv = complement(mask)
+    lp = logp.masked_fill(inv, 0.0)  # sanitise before exp/log: garbage must not reach the gradient
+    old = old_logp.detach().masked_fill(inv, 0.0)
+    loss, metrics = _masked_policy_loss(lp, old, advantages, mask, cfg.ratio.level, sur, options, agg, L)
     metrics["policy_loss"] = loss.detach()
 
     kl_in_loss = cfg.kl.placement == "loss" and cfg.kl.beta > 0
@@ -257,19 +256,21 @@ def compute_loss(
         raise ValueError("ref_logp (B, T) is required for kl.placement='loss' with beta > 0")
     if ref_logp is not None:
         check_float(ref_logp, "ref_logp", shape=mask.shape)
+        k3_ref = None
         if kl_in_loss:
-            inv = complement(mask)
-            lp = logp.masked_fill(inv, 0.0)  # sanitise before exp/log: garbage must not reach the gradient
             ref = ref_logp.detach().masked_fill(inv, 0.0)
-            old = old_logp.detach().masked_fill(inv, 0.0)
             kl_mat = estimate(lp, ref, cfg.kl.estimator, old_logp=old, clamp=cfg.kl.clamp)  # (B, T)
             kl_loss = aggregate(kl_mat, mask, agg, L)
             loss = loss + cfg.kl.beta * kl_loss
             metrics["kl_loss"] = kl_loss.detach()
+            if cfg.kl.estimator == "k3" and cfg.kl.clamp is None:
+                k3_ref = kl_mat.detach()  # the values kl_ref reads
         with torch.no_grad():
-            # a metric, no gradient: garbage under the mask may give inf / nan there, which masked_mean drops
-            # (it fills those positions before summing); the valid positions' values are the sanitised ones
-            metrics["kl_ref"] = masked_mean(estimate(logp.detach(), ref_logp.detach(), "k3"), mask)
+            if k3_ref is None:
+                # a metric, no gradient: garbage under the mask may give inf / nan there, which masked_mean
+                # drops (it fills those positions before summing); the valid positions' values are the same
+                k3_ref = estimate(logp.detach(), ref_logp.detach(), "k3")
+            metrics["kl_ref"] = masked_mean(k3_ref, mask)
 
     if entropy is not None:
         check_float(entropy, "entropy", shape=mask.shape)

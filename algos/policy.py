@@ -154,6 +154,17 @@ def policy_loss(
         All metrics are 0 for an all-masked batch.
     """
     mask = as_mask(mask)
+    options = dict(eps_low=eps_low, eps_high=eps_high, dual_clip=dual_clip, eps_low_is=eps_low_is,
+                   eps_high_is=eps_high_is, tau_pos=tau_pos, tau_neg=tau_neg)
+    sur = _check_args(logp, old_logp, advantages, mask, ratio, surrogate, agg, options)
+    # garbage under the mask is replaced before any arithmetic, so it reaches neither value nor gradient
+    inv = complement(mask)
+    return _masked_policy_loss(logp.masked_fill(inv, 0.0), old_logp.detach().masked_fill(inv, 0.0), advantages,
+                               mask, ratio, sur, options, agg, max_len)
+
+
+def _check_args(logp, old_logp, advantages, mask, ratio, surrogate, agg, options):
+    """policy_loss's argument checks (mask: a bool mask); returns the surrogate."""
     check_float(logp, "logp", shape=mask.shape)
     check_float(old_logp, "old_logp", shape=mask.shape)
     check_float(advantages, "advantages")
@@ -168,8 +179,6 @@ def policy_loss(
         raise ValueError(f"surrogate must be one of {list(SURROGATES.names())}, got {surrogate!r}")
     if agg not in AGGREGATION_MODES:
         raise ValueError(f"agg must be one of {list(AGGREGATION_MODES.names())}, got {agg!r}")
-    options = dict(eps_low=eps_low, eps_high=eps_high, dual_clip=dual_clip, eps_low_is=eps_low_is,
-                   eps_high_is=eps_high_is, tau_pos=tau_pos, tau_neg=tau_neg)
     check_surrogate_options(options)
     sur = SURROGATES.get(surrogate)
     if ratio not in sur.levels:
@@ -181,11 +190,13 @@ def policy_loss(
                 f"{name}={value!r} is not read by surrogate {surrogate!r} (it reads {list(sur.reads)}); leave {name} "
                 f"at its default {OPTION_DEFAULTS[name]!r}"
             )
+    return sur
 
-    # garbage under the mask is replaced before any arithmetic, so it reaches neither value nor gradient
+
+def _masked_policy_loss(lp, old, advantages, mask, ratio, sur, options, agg, max_len):
+    """policy_loss after its checks, from log-probs already 0 under ~mask (``lp`` with grad, ``old`` detached);
+    compute_loss calls it with the masked log-probs it shares with the KL term."""
     inv = complement(mask)
-    lp = logp.masked_fill(inv, 0.0)
-    old = old_logp.detach().masked_fill(inv, 0.0)
     adv = advantages.detach()
     if adv.dim() == 1:
         adv = adv[:, None].expand(mask.shape)

@@ -98,11 +98,12 @@ class Surrogate:
 
 def ppo_clip(*, ratio, logp, adv, mask, opts):
     eps_low, eps_high, dual_clip = opts["eps_low"], opts["eps_high"], opts["dual_clip"]
-    pg_losses1 = -adv * ratio  # unclipped surrogate
-    pg_losses2 = -adv * torch.clamp(ratio, 1.0 - eps_low, 1.0 + eps_high)  # clipped surrogate
+    neg_adv = -adv
+    pg_losses1 = neg_adv * ratio  # unclipped surrogate
+    pg_losses2 = neg_adv * torch.clamp(ratio, 1.0 - eps_low, 1.0 + eps_high)  # clipped surrogate
     clip_pg_losses = torch.maximum(pg_losses1, pg_losses2)  # -min(r A, clip(r) A)
     if dual_clip is not None:
-        pg_losses3 = -adv * dual_clip  # lower bound on the objective for A < 0
+        pg_losses3 = neg_adv * dual_clip  # lower bound on the objective for A < 0
         loss_mat = torch.where(adv < 0, torch.minimum(pg_losses3, clip_pg_losses), clip_pg_losses)
     else:
         loss_mat = clip_pg_losses

@@ -1195,7 +1195,7 @@ def update(s: Setup, b: Batch, opt, critic_opt, step: int) -> dict:
                     if want_logits:
                         lp, ref_lp = vals.logp, pick(ref.logp)
                         rev, fwd = KL.exact_kl_both_from_log_probs(vals.log_probs, pick(ref.log_probs))
-                        per_token = [rev, fwd] + [KL.estimate(lp, ref_lp, kind) for kind in ("k1", "k2", "k3")]
+                        per_token = [rev, fwd, *KL.value_estimates(lp, ref_lp)]  # exact, then k1, k2, k3
                         kl_parts.append(((torch.stack(per_token) * rm).sum((-2, -1)), n_rm))
                 floats = _floats({"optim/grad_norm": gn, **loss_metrics})
             gn_f, clip = floats.pop("optim/grad_norm"), s.cfg.optim.grad_clip

@@ -273,3 +273,27 @@ def test_exact_kl_both_from_log_probs_by_hand():
     assert all(torch.equal(a, b) for a, b in zip(both, exact_kl_both(logits, ref_logits)))
     with pytest.raises(ValueError, match="ref"):
         algos.kl.exact_kl_both_from_log_probs(logits, ref_logits[:, :, :3])
+
+
+def test_value_estimates_are_bit_equal_to_estimate_and_worked_by_hand():
+    # lp - ref = -0.5 and 1.0: k1 = -0.5, 1; k2 = 0.125, 0.5; k3 = e^0.5 - 1 - 0.5, e^-1 - 1 + 1 = e^-1
+    lp, ref = t([-1.5, -0.25]), t([-1.0, -1.25])
+    k1, k2, k3 = algos.kl.value_estimates(lp, ref)
+    assert k1.tolist() == pytest.approx([-0.5, 1.0])
+    assert k2.tolist() == pytest.approx([0.125, 0.5])
+    assert k3.tolist() == pytest.approx([math.exp(0.5) - 1.5, math.exp(-1.0)])
+    g = torch.Generator().manual_seed(0)
+    lp, ref = -torch.rand(64, 13, generator=g) * 5, -torch.rand(64, 13, generator=g) * 5
+    lp[0, 0], ref[0, 1] = -40.0, -40.0  # |x| past the k3 clamp
+    for kind, v in zip(("k1", "k2", "k3"), algos.kl.value_estimates(lp, ref)):
+        assert torch.equal(v, algos.kl.estimate(lp, ref, kind)), kind
+
+
+def test_exact_kl_zero_probability_terms_are_zero_and_nan_stays_nan():
+    logp = torch.log(t([[0.5, 0.5, 0.0]]))  # -inf: a token pi never picks
+    ref = torch.log(t([[0.25, 0.25, 0.5]]))
+    rev, fwd = algos.kl.exact_kl_both_from_log_probs(logp, ref)
+    assert rev.item() == pytest.approx(math.log(2))  # 0.5 ln 2 + 0.5 ln 2 + 0 (the 0 * inf term)
+    assert math.isinf(fwd.item())  # KL(ref || pi) with pi = 0 where ref > 0
+    nan = algos.kl.exact_kl_both_from_log_probs(t([[float("nan"), 0.0]]), t([[-1.0, -1.0]]))[0]
+    assert math.isnan(nan.item())

@@ -213,3 +213,24 @@ def test_zero_var_frac_equals_the_tensor_computation():
     assert zero_var_frac(torch.tensor([1.0, 1.0 + 2 ** -24]), 2) == 1.0
     with pytest.raises(ValueError):
         zero_var_frac(torch.ones(5), 2)  # not whole groups: the tensor function's own error
+
+
+def test_prompt_stream_gives_the_task_prompts_for_any_request_order():
+    from experiments.config import build_task, load_config
+    from experiments.train import PromptStream
+
+    task = build_task(load_config(None, []))
+    calls = []
+    real = task.prompts
+
+    def counting(seed, start, n):
+        calls.append((start, n))
+        return real(seed, start, n)
+
+    task.prompts = counting
+    stream = PromptStream(task, 3, chunk=16)
+    requests = [(0, 8), (8, 8), (16, 8), (20, 3), (5, 2), (100, 40), (0, 0), (139, 1), (140, 1)]
+    for start, n in requests:
+        assert stream.take(start, n) == real(3, start, n), (start, n)
+    # drawn ahead: (0, 8) and (8, 8) from one chunk; a request behind or past the chunk draws a new one
+    assert calls == [(0, 16), (16, 16), (5, 16), (100, 40), (0, 16), (139, 16)]
