@@ -124,6 +124,11 @@ def rename(metrics: dict) -> dict:
 
 
 def reduce(key: str, values: list[float]) -> float:
+    if len(values) == 1:  # one minibatch (the default): the value itself, as the general case gives it
+        v = values[0]
+        if v != v:
+            return float("nan")
+        return v if key.endswith(("_max", "_min")) else (0 + v) / 1  # sum([v]) / 1: -0.0 becomes 0.0
     vals = [v for v in values if v == v]  # drop NaN
     if not vals:
         return float("nan")

@@ -44,7 +44,7 @@ from algos import filters as F
 from algos import groups as GR
 from algos import kl as KL
 from algos import schedules as SCH
-from algos._checks import complement, row_counts
+from algos._checks import row_counts
 from algos.advantages import zero_variance_groups
 from algos.registry import ADVANTAGE_ESTIMATORS
 from envs import task_spec
@@ -1069,7 +1069,7 @@ def weight_shares(adv: torch.Tensor, mask: torch.Tensor, difficulty: torch.Tenso
     of all difficulties sum to 1. It measures how much of the update each bucket is allowed to drive (its
     directions may still cancel); NaN on a step whose advantages are all zero. Difficulty-bias study (issue 12.4).
     """
-    absadv = adv.abs().masked_fill(complement(mask), 0.0)
+    absadv = adv.abs()  # what lies under ~mask is dropped by the aggregation
     # row selectors (1 + D, B): every row (the total), then each difficulty's; one stacked aggregation, one sync
     every, column = _selector_parts(tuple(difficulties), difficulty.shape[0], difficulty.device)
     sel = torch.cat([every, difficulty == column])
@@ -1127,7 +1127,9 @@ def update(s: Setup, b: Batch, opt, critic_opt, step: int) -> dict:
             adv, returns, am = algos.compute_advantages(obj, rewards=b.rewards, mask=mask, values=values,
                                                         old_logp=b.old_logp, ref_logp=kl_ref, max_len=max_len,
                                                         group_sizes=b.group_sizes)
-    m.update(_floats(rename(am)))
+    # read with the first minibatch's metrics (one device sync); the keys hold their place in m meanwhile
+    pending = rename(am)
+    m.update(dict.fromkeys(pending))
     if len(s.task.difficulties) > 1:
         m.update(weight_shares(adv, mask, b.difficulty, s.task.difficulties, obj.loss.agg, max_len))
     G = obj.group_size
@@ -1160,8 +1162,8 @@ def update(s: Setup, b: Batch, opt, critic_opt, step: int) -> dict:
                     ref_logp=pick(ref.logp) if (ref is not None and obj.kl.placement == "loss") else None,
                     entropy=sc.entropy, max_len=max_len)
             # the metrics below read only the scores' values
-            vals = Scored(*(None if x is None else x.detach() for x in (sc.logp, sc.entropy, sc.logits,
-                                                                        sc.log_probs)))
+            vals = Scored(sc.logp.detach(), None if sc.entropy is None else sc.entropy.detach(), None,
+                          sc.log_probs.detach() if want_logits else None)
             with timed(s, "backward"):
                 opt.zero_grad(set_to_none=True)
                 loss.backward()
@@ -1197,7 +1199,10 @@ def update(s: Setup, b: Batch, opt, critic_opt, step: int) -> dict:
                         rev, fwd = KL.exact_kl_both_from_log_probs(vals.log_probs, pick(ref.log_probs))
                         per_token = [rev, fwd, *KL.value_estimates(lp, ref_lp)]  # exact, then k1, k2, k3
                         kl_parts.append(((torch.stack(per_token) * rm).sum((-2, -1)), n_rm))
-                floats = _floats({"optim/grad_norm": gn, **loss_metrics})
+                floats = _floats({"optim/grad_norm": gn, **loss_metrics, **pending})
+            for k in pending:
+                m[k] = floats.pop(k)
+            pending = {}
             gn_f, clip = floats.pop("optim/grad_norm"), s.cfg.optim.grad_clip
             sums["optim/grad_norm"].append(gn_f)
             if clip:  # clip_grad_norm_ scales every gradient by min(1, clip / (norm + 1e-6))
