@@ -234,3 +234,27 @@ def test_prompt_stream_gives_the_task_prompts_for_any_request_order():
         assert stream.take(start, n) == real(3, start, n), (start, n)
     # drawn ahead: (0, 8) and (8, 8) from one chunk; a request behind or past the chunk draws a new one
     assert calls == [(0, 16), (16, 16), (5, 16), (100, 40), (0, 16), (139, 16)]
+
+
+def test_prompt_stream_encoding_is_the_codecs_encoding_of_the_same_prompts():
+    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    from experiments.config import build_task, load_config
+    from experiments.train import PromptStream
+    from rollout.bundle import Codec, char_codec
+
+    core = Tokenizer(models.BPE(unk_token="<unk>"))
+    core.pre_tokenizer = pre_tokenizers.Whitespace()
+    core.train_from_iterator(["12+34=46", "7*8=56", "100-1=99"] * 50,
+                             trainers.BpeTrainer(vocab_size=60, special_tokens=["<unk>", "<eos>", "<pad>"]))
+    tok = PreTrainedTokenizerFast(tokenizer_object=core, unk_token="<unk>", eos_token="<eos>", pad_token="<pad>")
+    bpe = Codec(tok, eos_id=tok.eos_token_id, pad_id=tok.pad_token_id)
+    task = build_task(load_config(None, ["task.max_digits=3"]))  # prompt lengths differ
+    for codec in (char_codec(), bpe):
+        stream = PromptStream(task, 0, codec, chunk=32)
+        for start, n in [(0, 8), (8, 8), (3, 1), (30, 8), (40, 40)]:
+            ids, mask = stream.encoded(start, n)
+            want_ids, want_mask = codec.encode_prompts(task.prompts(0, start, n))
+            assert torch.equal(ids, want_ids) and torch.equal(mask, want_mask), (start, n)
+            assert ids.dtype == want_ids.dtype and mask.dtype == torch.bool
