@@ -65,7 +65,7 @@ def check_float(x: torch.Tensor, name: str, shape: Optional[tuple] = None, ndim:
         raise ValueError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
     if not x.is_floating_point():
         raise ValueError(f"{name} must be a floating-point tensor, got {x.dtype}")
-    if shape is not None and tuple(x.shape) != tuple(shape):
+    if shape is not None and x.shape != shape and tuple(x.shape) != tuple(shape):  # torch.Size == tuple: fast
         raise ValueError(f"{name} must have shape {tuple(shape)}, got {tuple(x.shape)}")
     if ndim is not None and x.dim() != ndim:
         raise ValueError(f"{name} must be {ndim}-D, got shape {tuple(x.shape)}")

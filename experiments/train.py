@@ -14,6 +14,7 @@ the checkpoint are dropped first, so no step appears twice and none is lost.
 
 from __future__ import annotations
 
+import array
 import copy
 import dataclasses
 import fcntl
@@ -673,14 +674,28 @@ def rollout(s: Setup, problems: list, group_size: int | list, params: SamplingPa
     rows = [(r.reward, r.correct, p.difficulty, bool(getattr(r, "malformed", False))) for r, p in zip(results, probs)]
     if rows and s.device.type == "cpu":  # four small tensors straight from the lists
         reward, correct, difficulty, malformed = (
-            torch.tensor(col, dtype=dt) for col, dt in zip(zip(*rows), (torch.float32, torch.bool, torch.long,
-                                                                         torch.bool)))
+            _cpu_column(col, dt) for col, dt in zip(zip(*rows), (torch.float32, torch.bool, torch.long, torch.bool)))
     else:  # one table (float64 holds each number exactly): one host-to-device copy instead of four, then split
         cols = torch.tensor(rows, dtype=torch.float64).view(-1, 4).to(s.device).unbind(-1)
         reward, correct, difficulty, malformed = (cols[0].to(torch.float32), cols[1] != 0, cols[2].to(torch.long),
                                                   cols[3] != 0)
     return Batch(p_ids, p_mask, gen.response_ids, gen.response_mask, gen.logp, gen.truncated, reward, correct,
                  difficulty, texts, probs, [getattr(r, "reason", "") for r in results], malformed, sizes, forced)
+
+
+def _cpu_column(values, dtype: torch.dtype) -> torch.Tensor:
+    """``torch.tensor(values, dtype=dtype)`` (float32, bool or long), the same tensor built through a packed
+    buffer: ~3x cheaper for a batch's column of Python numbers (torch.tensor inspects every element)."""
+    try:
+        if dtype == torch.bool:
+            buf = bytearray(map(bool, values))
+        else:
+            buf = array.array("f" if dtype == torch.float32 else "q", values)
+        if len(buf):
+            return torch.frombuffer(buf, dtype=dtype)  # keeps buf alive
+    except (TypeError, OverflowError):  # e.g. a float where an int belongs: torch.tensor decides
+        pass
+    return torch.tensor(values, dtype=dtype)
 
 
 def _on_device(s: Setup, gen: Generation) -> Generation:

@@ -258,3 +258,18 @@ def test_prompt_stream_encoding_is_the_codecs_encoding_of_the_same_prompts():
             want_ids, want_mask = codec.encode_prompts(task.prompts(0, start, n))
             assert torch.equal(ids, want_ids) and torch.equal(mask, want_mask), (start, n)
             assert ids.dtype == want_ids.dtype and mask.dtype == torch.bool
+
+
+def test_cpu_column_is_torch_tensor_of_the_same_values():
+    import numpy as np
+
+    from experiments.train import _cpu_column
+
+    cases = [([0.0, 1.0, 0.1, -0.0, float("nan"), float("inf"), 1e300, 1e-50, 3, True, np.float64(0.5)], torch.float32),
+             ([True, False, 1, 0, 2, np.bool_(True)], torch.bool), ([1, 2, 3, -5, 2 ** 40], torch.long),
+             ([1.0, 2.0], torch.long), ([], torch.float32)]
+    bits = {torch.float32: torch.int32, torch.bool: torch.uint8, torch.long: torch.long}  # bit-level views
+    for values, dtype in cases:
+        got, want = _cpu_column(values, dtype), torch.tensor(values, dtype=dtype)
+        assert got.dtype == want.dtype and got.shape == want.shape, (values, dtype)
+        assert torch.equal(got.view(bits[dtype]), want.view(bits[dtype])), (values, dtype)  # NaN, -0.0, bool bytes
