@@ -343,7 +343,8 @@ def _load_one(d: Path, include_incomplete: bool) -> tuple[dict | None, str | Non
     """Read one run folder -> (record, None) or (None, reason to skip)."""
     complete = (d / "done").exists()
     if not complete and not include_incomplete:
-        return None, "no 'done' file (half-written run); pass include_incomplete=True to load it"
+        return None, ("no 'done' file (half-written run); pass include_incomplete=True (objbench report "
+                      "--include-incomplete) to load it")
     meta, p_meta = _read_json(d / "meta.json")
     cfg, p_cfg = _read_yaml(d / "config.yaml")
     problems = [p for p in (p_meta, p_cfg) if p]

@@ -73,7 +73,8 @@ def _cmd_report(args) -> int:
                            force=args.force, include_incomplete=args.include_incomplete,
                            command="objbench " + shlex.join(sys.argv[1:])))
     except (FileNotFoundError, ValueError) as e:  # no such folder, no runs in it, only unfinished runs
-        raise RunFolderError(str(e).replace("pass include_incomplete=True", "pass --include-incomplete")) from None
+        raise RunFolderError(str(e).replace("pass include_incomplete=True (objbench report --include-incomplete)",
+                                               "pass --include-incomplete")) from None
     except RuntimeError as e:  # analysis.provenance.DirtyTreeError: results/ from a dirty tree
         if type(e).__name__ != "DirtyTreeError":
             raise

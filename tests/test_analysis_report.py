@@ -65,6 +65,7 @@ def test_report_markdown_content(report, sweep):
     assert "  - grpo: 3 run(s), seeds 0, 1, 2" in md and "  - dr_grpo: 3 run(s)" in md
     # the half-written run is listed as skipped, and its arm as having no runs
     assert "### Skipped runs" in md and "- `ppo__s0`: no 'done' file" in md
+    assert "objbench report --include-incomplete" in md  # the way to load it from the command line, too
     assert "  - ppo: no runs loaded" in md
     # every embedded figure exists
     images = re.findall(r"!\[[^\]]*\]\(([^)]+)\)", md)
