@@ -173,6 +173,26 @@ def _check_args(logp, old_logp, advantages, mask, ratio, surrogate, agg, options
             f"advantages must have shape (B,) = {tuple(mask.shape[:1])} or (B, T) = {tuple(mask.shape)}, "
             f"got {tuple(advantages.shape)}"
         )
+    key = (ratio, surrogate, agg, tuple(options.items()))
+    try:
+        sur = _CHECKED.get(key)
+    except TypeError:  # an unhashable value: the checks say what is wrong with it
+        return _check_choices(ratio, surrogate, agg, options)
+    if sur is None:
+        sur = _check_choices(ratio, surrogate, agg, options)
+        if len(_CHECKED) >= 256:
+            _CHECKED.clear()
+        _CHECKED[key] = sur
+    return sur
+
+
+# (ratio, surrogate, agg, options) combinations that passed _check_choices -> their surrogate. Registered names
+# are never re-bound (Registry refuses a second registration), so a passed combination stays valid; one that
+# failed raised and is not kept. Every training step calls policy_loss with the same few combinations.
+_CHECKED: dict = {}
+
+
+def _check_choices(ratio, surrogate, agg, options):
     if ratio not in RATIO_LEVELS:
         raise ValueError(f"ratio must be one of {list(RATIO_LEVELS.names())}, got {ratio!r}")
     if surrogate not in SURROGATES:

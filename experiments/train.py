@@ -32,7 +32,7 @@ import struct
 import subprocess
 import sys
 import time
-from collections import defaultdict, deque
+from collections import Counter, defaultdict, deque
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -1077,10 +1077,10 @@ def rollout_metrics(b: Batch, task) -> dict:
             m[f"length/filler_{name}"] = f32_mean_of_ints(sum(xs), len(xs)) if xs else float("nan")
         m["length/filler_gap"] = m["length/filler_incorrect"] - m["length/filler_correct"]  # NaN if either is
     diff = b.difficulty.tolist()
+    n_d, n_dc = Counter(diff), Counter(d for d, ok in zip(diff, c) if ok)  # responses, correct ones per difficulty
     for d in task.difficulties:
-        ok = [ci for ci, di in zip(c, diff) if di == d]
-        if ok:
-            m[f"reward/acc_d{d}"] = f32_mean_of_ints(sum(ok), len(ok))
+        if n_d[d]:
+            m[f"reward/acc_d{d}"] = f32_mean_of_ints(n_dc[d], n_d[d])
     return m
 
 
@@ -1124,7 +1124,8 @@ def _group_weights(adv: torch.Tensor, mask: torch.Tensor, correct: torch.Tensor,
     order = sorted(range(len(k_of)), key=k_of.__getitem__)
     ks = sorted(set(k_of))
     counts = [k_of.count(k) for k in ks]
-    by_k = weight[torch.tensor(order, device=weight.device)].split(counts)
+    index = _cpu_column(order, torch.long) if weight.device.type == "cpu" else torch.tensor(order, device=weight.device)
+    by_k = weight[index].split(counts)
     means = torch.stack([w.mean() for w in by_k]).tolist()
     m = {}
     for k, n, mean in zip(ks, counts, means):
@@ -1246,8 +1247,11 @@ def update(s: Setup, b: Batch, opt, critic_opt, step: int) -> dict:
     for k, v in sums.items():
         m[k] = reduce(k, v)
     if kl_parts:  # every KL metric is weighted by the same response masks: sum over minibatches, then divide
-        nums = torch.stack([x for x, _ in kl_parts]).tolist()
-        den = sum(float(n) for n in torch.stack([n for _, n in kl_parts]).tolist())
+        if len(kl_parts) == 1:  # one minibatch: its numbers as they are
+            nums, den = [kl_parts[0][0].tolist()], float(kl_parts[0][1])
+        else:
+            nums = torch.stack([x for x, _ in kl_parts]).tolist()
+            den = sum(float(n) for n in torch.stack([n for _, n in kl_parts]).tolist())
         for i, k in enumerate(("kl/exact", "kl/exact_fwd", "kl/k1", "kl/k2", "kl/k3")):
             num = sum(part[i] for part in nums)
             m[k] = num / den if den else float("nan")

@@ -273,3 +273,25 @@ def test_cpu_column_is_torch_tensor_of_the_same_values():
         got, want = _cpu_column(values, dtype), torch.tensor(values, dtype=dtype)
         assert got.dtype == want.dtype and got.shape == want.shape, (values, dtype)
         assert torch.equal(got.view(bits[dtype]), want.view(bits[dtype])), (values, dtype)  # NaN, -0.0, bool bytes
+
+
+def test_policy_loss_option_checks_are_remembered_only_for_combinations_that_passed(monkeypatch):
+    from algos import policy as P
+
+    mask = torch.ones(2, 3, dtype=torch.bool)
+    lp, old, adv = torch.zeros(2, 3), torch.zeros(2, 3), torch.ones(2)
+    calls = []
+    real = P._check_choices
+    monkeypatch.setattr(P, "_check_choices", lambda *a: calls.append(a) or real(*a))
+    monkeypatch.setattr(P, "_CHECKED", {})
+    for _ in range(3):
+        algos.policy_loss(lp, old, adv, mask, eps_low=0.1)
+    assert len(calls) == 1  # checked once, remembered
+    for _ in range(2):  # a failing combination raises every time: never remembered
+        with pytest.raises(ValueError, match="eps_low"):
+            algos.policy_loss(lp, old, adv, mask, eps_low=1.5)
+    with pytest.raises(ValueError, match="tau_pos"):  # an option the surrogate does not read
+        algos.policy_loss(lp, old, adv, mask, tau_pos=2.0)
+    with pytest.raises((ValueError, TypeError)):  # unhashable: the checks still run and complain
+        algos.policy_loss(lp, old, adv, mask, eps_low=[0.1])
+    assert len(calls) == 5
