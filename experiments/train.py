@@ -1051,9 +1051,11 @@ def zero_var_frac(rewards: torch.Tensor, G: int) -> float:
     """``float(zero_variance_groups(rewards, G).float().mean())``, the share of groups of G whose rewards are all
     identical (exactly; a NaN is equal to nothing), from one ``tolist()`` instead of five tensor operations."""
     rw = rewards.tolist()
-    if not rw or len(rw) % G:
-        return float(zero_variance_groups(rewards, G).float().mean())  # its error, or its NaN for no group
-    n = sum(all(v == rw[i] for v in rw[i:i + G]) for i in range(0, len(rw), G))
+    if not rw or G < 2 or len(rw) % G:
+        return float(zero_variance_groups(rewards, G).float().mean())  # its error, its NaN for no group, G = 1
+    # a group of >= 2 is all-equal iff its set has one element: tolist() gives each NaN its own float object,
+    # unequal to every other (so a group holding a NaN never is), and 0.0 == -0.0 as in torch
+    n = sum(len(set(rw[i:i + G])) == 1 for i in range(0, len(rw), G))
     return f32_mean_of_ints(n, len(rw) // G)
 
 
