@@ -38,7 +38,7 @@ from algos.aggregate import aggregate, aggregate_many
 from algos.config import ObjectiveConfig
 from algos.kl import estimate
 from algos.policy import _check_args as _check_policy_loss_args
-from algos.policy import _masked_policy_loss
+from algos.policy import _masked_log_probs, _masked_policy_loss
 from algos.registry import ADVANTAGE_ESTIMATORS
 from algos.surrogates import OPTION_DEFAULTS
 
@@ -245,9 +245,7 @@ def compute_loss(
     options = {name: getattr(cfg.ratio, name) for name in OPTION_DEFAULTS}
     sur = _check_policy_loss_args(logp, old_logp, advantages, mask, cfg.ratio.level, cfg.ratio.surrogate, agg,
                                   options)
-    inv = complement(mask)
-    lp = logp.masked_fill(inv, 0.0)  # sanitise before exp/log: garbage must not reach the gradient
-    old = old_logp.detach().masked_fill(inv, 0.0)
+    lp, old = _masked_log_probs(logp, old_logp, mask)  # sanitised before exp/log: garbage must not reach the gradient
     loss, metrics = _masked_policy_loss(lp, old, advantages, mask, cfg.ratio.level, sur, options, agg, L)
     metrics["policy_loss"] = loss.detach()
 
@@ -258,7 +256,7 @@ def compute_loss(
         check_float(ref_logp, "ref_logp", shape=mask.shape)
         k3_ref = None
         if kl_in_loss:
-            ref = ref_logp.detach().masked_fill(inv, 0.0)
+            ref = ref_logp.detach().masked_fill(complement(mask), 0.0)
             kl_mat = estimate(lp, ref, cfg.kl.estimator, old_logp=old, clamp=cfg.kl.clamp)  # (B, T)
             kl_loss = aggregate(kl_mat, mask, agg, L)
             loss = loss + cfg.kl.beta * kl_loss

@@ -157,10 +157,15 @@ def policy_loss(
     options = dict(eps_low=eps_low, eps_high=eps_high, dual_clip=dual_clip, eps_low_is=eps_low_is,
                    eps_high_is=eps_high_is, tau_pos=tau_pos, tau_neg=tau_neg)
     sur = _check_args(logp, old_logp, advantages, mask, ratio, surrogate, agg, options)
-    # garbage under the mask is replaced before any arithmetic, so it reaches neither value nor gradient
+    return _masked_policy_loss(*_masked_log_probs(logp, old_logp, mask), advantages, mask, ratio, sur, options, agg,
+                               max_len)
+
+
+def _masked_log_probs(logp, old_logp, mask):
+    """(logp, old_logp detached), 0 under ~mask: garbage there is replaced before any arithmetic, so it reaches
+    neither value nor gradient."""
     inv = complement(mask)
-    return _masked_policy_loss(logp.masked_fill(inv, 0.0), old_logp.detach().masked_fill(inv, 0.0), advantages,
-                               mask, ratio, sur, options, agg, max_len)
+    return logp.masked_fill(inv, 0.0), old_logp.detach().masked_fill(inv, 0.0)
 
 
 def _check_args(logp, old_logp, advantages, mask, ratio, surrogate, agg, options):

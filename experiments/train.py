@@ -1249,11 +1249,8 @@ def update(s: Setup, b: Batch, opt, critic_opt, step: int) -> dict:
     for k, v in sums.items():
         m[k] = reduce(k, v)
     if kl_parts:  # every KL metric is weighted by the same response masks: sum over minibatches, then divide
-        if len(kl_parts) == 1:  # one minibatch: its numbers as they are
-            nums, den = [kl_parts[0][0].tolist()], float(kl_parts[0][1])
-        else:
-            nums = torch.stack([x for x, _ in kl_parts]).tolist()
-            den = sum(float(n) for n in torch.stack([n for _, n in kl_parts]).tolist())
+        nums = [x.tolist() for x, _ in kl_parts]
+        den = sum(float(n) for _, n in kl_parts)
         for i, k in enumerate(("kl/exact", "kl/exact_fwd", "kl/k1", "kl/k2", "kl/k3")):
             num = sum(part[i] for part in nums)
             m[k] = num / den if den else float("nan")
