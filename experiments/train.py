@@ -242,8 +242,20 @@ class PromptStream:
 
     def _fill(self, start: int, n: int) -> int:
         if not (self.start <= start and start + n <= self.start + len(self.items)):
-            self.start, self.items, self._enc = start, self.task.prompts(self.seed, start, max(n, self.chunk)), None
+            items = self.task.prompts(self.seed, start, n)  # what was asked for: its errors are the caller's
+            self.start, self.items, self._enc = start, items + self._ahead(start + n, self.chunk - n), None
         return start - self.start
+
+    def _ahead(self, start: int, n: int) -> list:
+        """Problems drawn ahead of need, or none where the stream cannot give them: a task whose stream ends
+        (a finite list of problems) raises only when a step asks for a problem past its end, as it would
+        without the stream."""
+        if n <= 0:
+            return []
+        try:
+            return self.task.prompts(self.seed, start, n)
+        except Exception:
+            return []
 
     def take(self, start: int, n: int) -> list:
         i = self._fill(start, n)

@@ -232,8 +232,35 @@ def test_prompt_stream_gives_the_task_prompts_for_any_request_order():
     requests = [(0, 8), (8, 8), (16, 8), (20, 3), (5, 2), (100, 40), (0, 0), (139, 1), (140, 1)]
     for start, n in requests:
         assert stream.take(start, n) == real(3, start, n), (start, n)
-    # drawn ahead: (0, 8) and (8, 8) from one chunk; a request behind or past the chunk draws a new one
-    assert calls == [(0, 16), (16, 16), (5, 16), (100, 40), (0, 16), (139, 16)]
+    # what was asked for, then the rest of the chunk ahead: (0, 8) and (8, 8) from one chunk; a request behind or
+    # past the chunk draws a new one
+    assert calls == [(0, 8), (8, 8), (16, 8), (24, 8), (5, 2), (7, 14), (100, 40), (0, 0), (0, 16), (139, 1),
+                     (140, 15)]
+
+
+def test_prompt_stream_of_a_finite_task_raises_only_past_its_end():
+    """A task whose stream ends (the TRL benchmark's fixed list of problems) must run to its last problem: the
+    stream's draw ahead stops at the end instead of failing the step, and asking past the end still raises."""
+    from benchmarks.workload import UniformAddition
+    from experiments.train import PromptStream
+
+    task = UniformAddition(n=40)
+    for start, n in [(0, 32), (32, 8), (39, 1), (0, 40)]:
+        assert PromptStream(task, 0, chunk=256).take(start, n) == task.prompts(0, start, n)
+    stream = PromptStream(task, 0, chunk=256)
+    assert len(stream.take(0, 32)) == 32 and len(stream.take(32, 8)) == 8
+    with pytest.raises(IndexError):
+        stream.take(32, 9)
+
+
+def test_the_trl_benchmarks_objbench_worker_runs_past_one_prompt_chunk(tmp_path):
+    """10 steps x 32 prompts of a 320-problem task: past the stream's 256-problem chunk (this failed at c95e727)."""
+    from benchmarks.trl_parity import run_objbench, save_warm_model
+
+    save_warm_model(tmp_path)
+    res = run_objbench(str(tmp_path), 0.04, 10)
+    assert len(res["times"]) == len(res["rewards"]) == 10
+    assert all(0.0 <= r <= 1.0 for r in res["rewards"]) and all(t > 0 for t in res["tokens"])
 
 
 def test_prompt_stream_encoding_is_the_codecs_encoding_of_the_same_prompts():
