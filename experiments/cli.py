@@ -2,12 +2,13 @@
 
   objbench train  [--config FILE] [key=value ...]     one run (objective=grpo picks a preset)
   objbench sweep  SPEC.yaml [--workers N]             a sweep of arms x seeds, then its report (exit 1 if runs failed)
+  objbench sweep  SPEC.yaml --print-config RUN        print one run's resolved config (YAML) and exit
   objbench report RUNS_DIR                            report.md with figures and tables
   objbench bench  [--config FILE] [key=value ...]     step-time breakdown and tokens/s
   objbench presets [NAME ...]                         print presets as tables
   objbench config [--config FILE] [key=value ...]     print the resolved run config (YAML) and exit
 
-`objbench train --help` lists every config field with its type, default and meaning.
+`objbench train --help` (and `config`, `sweep`) lists every config field with its type, default and meaning.
 """
 
 from __future__ import annotations
@@ -46,6 +47,9 @@ def _cmd_sweep(args) -> int:
     check_unique_keys(args.overrides)
     sw = load_sweep(args.spec, out_dir=args.out, extra_overrides=args.overrides,
                     check_device=args.executor != "ray")
+    if args.print_config is not None:
+        print(_arm_config(sw, args.print_config), end="")
+        return 0
     if args.dry_run:
         print(describe(sw))
         return 0
@@ -60,6 +64,20 @@ def _cmd_sweep(args) -> int:
         return 1
     print(f"sweep {sw.name} finished in {time.time() - t0:.0f}s")
     return 0
+
+
+def _arm_config(sw, which: str) -> str:
+    """The resolved config (YAML) of one run of a sweep: a run name (``gspo__s1``), or an arm (its first seed)."""
+    from experiments.config import to_yaml
+    from experiments.errors import ConfigError
+
+    runs = {r.cfg.run_name: r for r in sw.runs}
+    r = runs.get(which) or next((r for r in sw.runs if r.arm == which), None)
+    if r is None:
+        raise ConfigError(f"--print-config {which!r}: sweep {sw.name} has no such run or arm; arms: "
+                          f"{', '.join(sw.arms)}; runs: {', '.join(runs)}")
+    return f"# sweep {sw.name} (spec {sw.spec_hash}), arm {r.arm}, seed {r.seed}: run {r.cfg.run_name}\n" + \
+        to_yaml(r.cfg)
 
 
 def _cmd_report(args) -> int:
@@ -118,7 +136,8 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("overrides", nargs="*", help="key=value overrides, e.g. objective=dapo train.steps=100")
     t.set_defaults(fn=_cmd_train)
 
-    s = sub.add_parser("sweep", help="run a sweep spec (resumable), then write its report")
+    s = sub.add_parser("sweep", help="run a sweep spec (resumable), then write its report", epilog=fields_help,
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
     s.add_argument("spec", help="sweep spec YAML, e.g. experiments/sweeps/quickstart.yaml")
     s.add_argument("--workers", type=int, default=None, help="parallel runs (default: number of cores)")
     s.add_argument("--executor", choices=("local", "ray"), default="local",
@@ -134,6 +153,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "<timestamp>/ and run the new spec (without it such a sweep stops before any compute)")
     s.add_argument("--dry-run", action="store_true", help="list the runs (new, resume, done or changed) and exit")
     s.add_argument("--no-report", action="store_true", help="skip report.md")
+    s.add_argument("--print-config", default=None, metavar="RUN",
+                   help="print the resolved config (YAML) of one run of the sweep and exit: a run name such as "
+                        "grpo__s1, or an arm name (its first seed)")
     s.add_argument("overrides", nargs="*", help="key=value overrides applied to every run")
     s.set_defaults(fn=_cmd_sweep)
 
@@ -169,10 +191,23 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def parse_args(argv=None) -> argparse.Namespace:
+    """argparse, with key=value overrides allowed anywhere after the subcommand: argparse alone takes the
+    positionals as one block, so ``sweep SPEC --workers 2 train.steps=7`` would stop at ``train.steps=7``."""
+    parser = build_parser()
+    args, rest = parser.parse_known_args(argv)
+    if rest:
+        stray = [a for a in rest if a.startswith("-") or "=" not in a]
+        if stray or not hasattr(args, "overrides"):
+            parser.error(f"unrecognized arguments: {' '.join(stray or rest)}")
+        args.overrides = [*args.overrides, *rest]
+    return args
+
+
 def main(argv=None) -> int:
     from experiments.errors import ConfigError, RunFolderError  # light: --help never imports torch
 
-    args = build_parser().parse_args(argv)
+    args = parse_args(argv)
     try:
         return args.fn(args)
     except ConfigError as e:

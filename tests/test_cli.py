@@ -61,6 +61,47 @@ def test_config_command_prints_the_resolved_config(capsys):
     assert printed["task"]["max_numbers"] == 4 and printed["objective"]["name"] == "dapo"
 
 
+def test_sweep_help_lists_the_fields_and_print_config_gives_one_runs_config(tmp_path, capsys):
+    from experiments.sweep import load_sweep
+
+    with pytest.raises(SystemExit):
+        main(["sweep", "--help"])
+    assert "  optim.lr (float, default 3e-4)" in capsys.readouterr().out
+    spec = str(ROOT / "experiments" / "sweeps" / "quickstart.yaml")
+    out = tmp_path / "runs"
+    runs = {r.cfg.run_name: r.cfg for r in load_sweep(spec, out_dir=str(out), extra_overrides=["train.steps=7"]).runs}
+    for which, run in [("gspo__s1", "gspo__s1"), ("dapo", "dapo__s0")]:
+        assert main(["sweep", spec, "--out", str(out), "--print-config", which, "train.steps=7"]) == 0
+        text = capsys.readouterr().out
+        assert text.startswith(f"# sweep quickstart (spec ") and f"run {run}\n" in text
+        (tmp_path / "printed.yaml").write_text(text)
+        assert load_config(tmp_path / "printed.yaml") == runs[run]  # runnable: objbench train --config printed.yaml
+        assert yaml.safe_load(text)["train"]["steps"] == 7
+    assert main(["sweep", spec, "--out", str(out), "--print-config", "nope"]) == 2
+    assert "no such run or arm; arms: ppo, grpo, dr_grpo, dapo, gspo" in capsys.readouterr().err
+    assert not out.exists()  # nothing written
+
+
+def test_overrides_may_come_before_and_after_options(tmp_path, capsys):
+    """`objbench sweep SPEC --workers 2 train.steps=7` (the README's order): argparse alone stops at the override."""
+    f = tmp_path / "c.yaml"
+    f.write_text("seed: 4\n")
+    assert main(["config", "objective=dapo", "--config", str(f), "optim.lr=0.01"]) == 0
+    printed = yaml.safe_load(capsys.readouterr().out)
+    assert (printed["seed"], printed["optim"]["lr"], printed["objective"]["name"]) == (4, 0.01, "dapo")
+    spec = str(ROOT / "experiments" / "sweeps" / "quickstart.yaml")
+    assert main(["sweep", spec, "seed=1", "--print-config", "grpo", "--out", str(tmp_path), "train.steps=7"]) == 0
+    printed = yaml.safe_load(capsys.readouterr().out)
+    assert printed["train"]["steps"] == 7
+    assert main(["config", "seed=1", "--config", str(f), "seed=2"]) == 2  # still one key, given twice
+    for bad in (["config", "seed=1", "--nope"], ["config", "--config", str(f), "--nope", "seed=1"],
+                ["report", str(tmp_path), "seed=1"]):  # report takes no overrides
+        with pytest.raises(SystemExit):
+            main(bad)
+        assert "unrecognized arguments" in capsys.readouterr().err
+    assert main(["config", "--config", str(f), "seed=1", "stray"]) == 2  # not key=value: the config's own error
+
+
 @pytest.mark.parametrize("override, expect", [
     ("optim.lr=nan", "optim.lr=nan is not a finite number"),
     ("optim.lr=inf", "optim.lr=inf is not a finite number"),
