@@ -413,6 +413,13 @@ def warm_start(cfg: TrainConfig, task, codec: Codec | None = None, cache_dir=Non
 
     def train_fn(model):
         sft_seed = cfg.seed + 7919  # SFT prompts come from their own stream, not the RL stream
+        log_every = max(1, cfg.sft.steps // 10) if _warm_progress() and cfg.sft.steps else 0
+        if log_every:
+            plan = (f"until greedy accuracy {cfg.sft.until_acc} on every difficulty (checked every "
+                    f"{cfg.sft.check_every} steps, at most {cfg.sft.steps}), then {cfg.sft.noise_steps} noisy steps"
+                    if cfg.sft.until_acc else f"{cfg.sft.steps} steps")
+            print(f"warm start of seed {cfg.seed}: not in the cache, training it once: {plan}; a line every "
+                  f"{log_every} steps", file=sys.stderr, flush=True)
 
         def texts(probs):
             return probs if codec.bos_id is None else [p.prompt for p in probs]
@@ -433,7 +440,7 @@ def warm_start(cfg: TrainConfig, task, codec: Codec | None = None, cache_dir=Non
                           cfg.sft.noise_steps, noisy_batch_fn)
         losses = sft_train(model, codec, batch_fn, steps=cfg.sft.steps, lr=cfg.sft.lr, seed=cfg.seed,
                            grad_clip=cfg.sft.grad_clip, until=until,
-                           log_every=max(1, cfg.sft.steps // 10) if _warm_progress() else 0)
+                           log_every=log_every, log_label=f"warm start of seed {cfg.seed}")
         info = {"final_loss": losses[-1] if losses else None, "n_params": n_params(model), "steps": len(losses)}
         if until is not None:
             info.update(clean_steps=until.clean_steps, criterion_met=until.done, checks=until.history)
@@ -466,7 +473,9 @@ def _warm_start_code(task) -> str:
 
 
 def _warm_progress() -> bool:
-    return os.environ.get("OBJBENCH_QUIET", "0") == "0" and sys.stderr.isatty()
+    """Progress lines of a warm start being trained (stderr, a line per tenth of sft.steps), terminal or log file
+    alike: a cold warm start can take minutes before the step bar appears. OBJBENCH_QUIET=1 silences them."""
+    return os.environ.get("OBJBENCH_QUIET", "0") == "0"
 
 
 def load_start(cfg: TrainConfig, task, cache_dir=None):

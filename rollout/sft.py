@@ -123,13 +123,14 @@ class Until:
 
 def sft_train(policy, codec, batch_fn: Callable[[int, random.Random], tuple[list, list[str]]], *,
               steps: int, lr: float, seed: int, special: dict | None = None, log_every: int = 0,
-              grad_clip: float = 0.0, until: Until | None = None) -> list[float]:
+              grad_clip: float = 0.0, until: Until | None = None, log_label: str = "warm start") -> list[float]:
     """Train ``policy`` in place with teacher forcing; loss on the answer tokens and EOS only.
 
     ``codec`` is a rollout.bundle.Codec (or a bare tokenizer together with ``special`` = its bos/eos/pad ids).
     ``batch_fn(step, rng)`` returns (prompts: problems or texts, target texts). ``grad_clip`` > 0 clips the
     gradient's global norm (0: no clipping). Without ``until``: ``steps`` steps on a fixed schedule; with it:
-    see :class:`Until` (``steps`` is then ignored). Returns the loss curve.
+    see :class:`Until` (``steps`` is then ignored). ``log_every`` > 0 prints ``log_label: step N loss L`` to
+    stderr every that many steps (and the criterion's verdict). Returns the loss curve.
     """
     if special is not None:  # bare tokenizer: "<bos> + prompt" and "target + <eos>"
         tok = codec
@@ -180,7 +181,7 @@ def sft_train(policy, codec, batch_fn: Callable[[int, random.Random], tuple[list
         losses.append(float(loss.detach()))
         step = len(losses)
         if log_every and step % log_every == 0:
-            print(f"warm start: step {step} loss {losses[-1]:.4f}", file=sys.stderr, flush=True)
+            print(f"{log_label}: step {step} loss {losses[-1]:.4f}", file=sys.stderr, flush=True)
 
     policy.train()
     with torch.random.fork_rng(devices=[]):
@@ -202,7 +203,7 @@ def sft_train(policy, codec, batch_fn: Callable[[int, random.Random], tuple[list
                     if done or step >= until.max_steps:
                         until.done, until.clean_steps = bool(done), step
                         if log_every:
-                            print(f"warm start: {'criterion met' if done else 'criterion NOT met'} after {step} "
+                            print(f"{log_label}: {'criterion met' if done else 'criterion NOT met'} after {step} "
                                   f"clean steps ({record}); {until.then_steps} more steps", file=sys.stderr,
                                   flush=True)
             for i in range(until.then_steps):
