@@ -199,6 +199,49 @@ def test_corrupt_checkpoint_names_the_file_and_what_to_do(tmp_path):
         train(cfg, progress=False)
 
 
+def test_a_cold_warm_start_says_so_and_shows_progress_in_a_log_file_too(tmp_path, monkeypatch, capfd):
+    """stderr is not a terminal here (as in a log file or a job scheduler): the warm start still announces
+    itself at once and prints a line per tenth of its steps; a cached one is silent; OBJBENCH_QUIET=1 silences."""
+    monkeypatch.setenv("OBJBENCH_CACHE", str(tmp_path / "cache"))
+    monkeypatch.delenv("OBJBENCH_QUIET", raising=False)
+    args = ["train", "--quiet", *FAST, "sft.until_acc=0", f"out_dir={tmp_path}"]
+    assert main([*args, "name=a"]) == 0
+    err = capfd.readouterr().err.splitlines()
+    assert err[0] == ("warm start of seed 0: not in the cache, training it once: 20 steps; a line every 2 steps")
+    steps = [int(l.split()[6]) for l in err if l.startswith("warm start of seed 0: step ")]
+    assert steps == list(range(2, 21, 2))
+    assert main([*args, "name=b"]) == 0  # cached
+    assert "warm start" not in capfd.readouterr().err
+    monkeypatch.setenv("OBJBENCH_QUIET", "1")
+    assert main([*args, "name=c", "seed=1"]) == 0
+    assert "warm start" not in capfd.readouterr().err
+
+
+def test_wandb_mode_is_offline_only_when_nothing_is_configured(tmp_path, monkeypatch):
+    """WANDB_MODE, an API key and a `wandb login` (~/.netrc for the wandb host) are left to wandb; with none of
+    them the run goes offline instead of blocking on a login prompt. Needs no wandb installed."""
+    from experiments.train import _wandb_mode
+
+    for k in ("WANDB_MODE", "WANDB_API_KEY", "WANDB_BASE_URL", "NETRC"):
+        monkeypatch.delenv(k, raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    assert _wandb_mode() == "offline"
+    for key, value in (("WANDB_MODE", "online"), ("WANDB_MODE", "disabled"), ("WANDB_API_KEY", "x" * 40)):
+        monkeypatch.setenv(key, value)
+        assert _wandb_mode() is None, key
+        monkeypatch.delenv(key)
+    netrc = tmp_path / ".netrc"
+    netrc.write_text("machine api.wandb.ai\n  login user\n  password " + "k" * 40 + "\n")
+    netrc.chmod(0o600)
+    assert _wandb_mode() is None  # logged in
+    monkeypatch.setenv("WANDB_BASE_URL", "https://wandb.example.org")
+    assert _wandb_mode() == "offline"  # logged in to another host only
+    netrc.write_text(netrc.read_text() + "machine wandb.example.org\n  login user\n  password " + "k" * 40 + "\n")
+    assert _wandb_mode() is None
+    netrc.write_text("machine\n")  # unreadable: as if there were none
+    assert _wandb_mode() == "offline"
+
+
 def test_wandb_resumed_run_continues_the_same_wandb_run(tmp_path, monkeypatch):
     pytest.importorskip("wandb")
     for k in ("WANDB_MODE", "WANDB_API_KEY"):
