@@ -182,6 +182,8 @@ def numerics(model_dir: str, beta: float, bias_correction: bool = True) -> dict:
     obj = load_config(None, objbench_overrides(beta, est)).objective
     p_ids, p_mask = batch["prompt_ids"], batch["prompt_mask"].bool()
     c_ids, c_mask = batch["completion_ids"], batch["completion_mask"].bool()
+    trl_mask = batch["completion_mask"]  # TRL's own dtype (int64), given to algos as a peer would
+    assert trl_mask.dtype != torch.bool
     rewards = torch.tensor([W.reward_ids(x["a"], x["b"], ids[m].tolist())
                             for x, ids, m in zip(inputs, c_ids, c_mask)], dtype=torch.float32)
     with torch.no_grad():
@@ -189,10 +191,10 @@ def numerics(model_dir: str, beta: float, bias_correction: bool = True) -> dict:
         if beta:
             ref = frozen_copy(load_policy(Path(model_dir), "sdpa"))
             ref_logp = score(ref, p_ids, p_mask, c_ids, c_mask, with_entropy=False).logp
-        adv, _, _ = algos.compute_advantages(obj, rewards=rewards, mask=c_mask)
+        adv, _, _ = algos.compute_advantages(obj, rewards=rewards, mask=trl_mask)
     model.zero_grad(set_to_none=True)
     sc = score(model, p_ids, p_mask, c_ids, c_mask)
-    loss_ob, _ = algos.compute_loss(obj, logp=sc.logp, old_logp=sc.logp.detach(), advantages=adv, mask=c_mask,
+    loss_ob, _ = algos.compute_loss(obj, logp=sc.logp, old_logp=sc.logp.detach(), advantages=adv, mask=trl_mask,
                                     ref_logp=ref_logp, entropy=sc.entropy)
     loss_ob.backward()
     g_ob = {n: p.grad.detach().clone() for n, p in model.named_parameters() if p.grad is not None}
@@ -205,7 +207,7 @@ def numerics(model_dir: str, beta: float, bias_correction: bool = True) -> dict:
             "loss_abs_diff": abs(float(loss_trl) - float(loss_ob)),
             "grad_max_abs_diff": max_grad_diff, "grad_norm": gnorm,
             "adv_max_abs_diff": float((adv[:, 0] if adv.dim() == 2 else adv).sub(adv_trl).abs().max()),
-            "n_tokens": int(c_mask.sum()), "reward_mean": float(rewards.mean())}
+            "n_tokens": int(c_mask.sum()), "reward_mean": float(rewards.mean()), "mask_dtype": str(trl_mask.dtype)}
 
 
 # ---------------------------------------------------------------------------------------------------------

@@ -28,6 +28,7 @@ def test_loss_and_gradient_match_trl(warm_dir, beta, bias_correction):
     assert c["loss_abs_diff"] <= 1e-5
     assert c["grad_max_abs_diff"] <= 1e-5
     assert c["grad_norm"] > 0.01  # a real gradient, not two zeros
+    assert c["mask_dtype"] == "torch.int64"  # algos got TRL's own completion mask, not a bool copy
 
 
 def test_the_kl_forms_differ_so_the_check_can_fail(warm_dir):
