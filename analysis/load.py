@@ -339,12 +339,15 @@ def _empty_long() -> pd.DataFrame:
     )
 
 
+INCOMPLETE_HINT = "pass include_incomplete=True (objbench report --include-incomplete)"
+"""How to load a run without a 'done' file, in the skip reason; the CLI shows only its flag."""
+
+
 def _load_one(d: Path, include_incomplete: bool) -> tuple[dict | None, str | None]:
     """Read one run folder -> (record, None) or (None, reason to skip)."""
     complete = (d / "done").exists()
     if not complete and not include_incomplete:
-        return None, ("no 'done' file (half-written run); pass include_incomplete=True (objbench report "
-                      "--include-incomplete) to load it")
+        return None, f"no 'done' file (half-written run); {INCOMPLETE_HINT} to load it"
     meta, p_meta = _read_json(d / "meta.json")
     cfg, p_cfg = _read_yaml(d / "config.yaml")
     problems = [p for p in (p_meta, p_cfg) if p]

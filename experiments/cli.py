@@ -81,6 +81,7 @@ def _arm_config(sw, which: str) -> str:
 
 
 def _cmd_report(args) -> int:
+    from analysis.load import INCOMPLETE_HINT
     from analysis.report import write_report
     from experiments.errors import ConfigError, RunFolderError
 
@@ -91,8 +92,7 @@ def _cmd_report(args) -> int:
                            force=args.force, include_incomplete=args.include_incomplete,
                            command="objbench " + shlex.join(sys.argv[1:])))
     except (FileNotFoundError, ValueError) as e:  # no such folder, no runs in it, only unfinished runs
-        raise RunFolderError(str(e).replace("pass include_incomplete=True (objbench report --include-incomplete)",
-                                               "pass --include-incomplete")) from None
+        raise RunFolderError(str(e).replace(INCOMPLETE_HINT, "pass --include-incomplete")) from None
     except RuntimeError as e:  # analysis.provenance.DirtyTreeError: results/ from a dirty tree
         if type(e).__name__ != "DirtyTreeError":
             raise

@@ -151,6 +151,12 @@ def test_one_line_errors_for_presets_and_report(tmp_path, capsys):
     assert main(["report", str(tmp_path / "empty")]) == 2
     err = capsys.readouterr().err
     assert "unknown preset 'nope'" in err and "does not exist" in err and "Traceback" not in err
+    (tmp_path / "unfinished" / "x").mkdir(parents=True)
+    (tmp_path / "unfinished" / "x" / "metrics.jsonl").write_text("")
+    assert main(["report", str(tmp_path / "unfinished")]) == 2  # its only run has no 'done' file
+    err = capsys.readouterr().err
+    assert "no 'done' file" in err and "pass --include-incomplete to load it" in err
+    assert "include_incomplete=True" not in err  # the CLI names its flag, not the Python argument
     blocker = tmp_path / "file"
     blocker.write_text("")
     assert main(["train", f"out_dir={blocker}/runs"]) == 2
