@@ -231,7 +231,7 @@ class JsonlWriter:
 class PromptStream:
     """The training prompts of one data seed, drawn ahead: ``take(start, n)`` returns ``task.prompts(seed, start,
     n)``, the same problems (each is a pure function of (seed, index)), taken from a chunk of ``chunk`` problems
-    drawn at once; with a codec, ``encoded(start, n)`` returns ``codec.encode_prompts`` of them, the same tensors,
+    (those asked for, then the rest drawn ahead where the task's stream has them: see ``_ahead``); with a codec, ``encoded(start, n)`` returns ``codec.encode_prompts`` of them, the same tensors,
     cut from the chunk's encoding (left padding: the last max-length columns of those rows). Drawing a problem
     costs ~11 us in a tight loop but about twice that, and ~60 us for the first of a step, between a training
     step's tensor kernels; a step's 8 prompts cost ~0.17 ms one by one in the loop, ~0.09 ms from a chunk."""
