@@ -34,13 +34,13 @@ Public API
 """
 
 # component modules first: importing them fills the registries that config validation reads
-from algos import registry  # noqa: I001
-from algos import aggregate as _aggregate_module  # noqa: F401
-from algos import schedules, groups  # noqa: F401
-from algos import advantages, entropy, filters, kl, policy, surrogates  # noqa: F401
-from algos.aggregate import aggregate, aggregate_many  # the function shadows the submodule name on purpose
-from algos.policy import policy_loss
-from algos.config import (
+from objbench.algos import registry  # noqa: I001
+from objbench.algos import aggregate as _aggregate_module  # noqa: F401
+from objbench.algos import schedules, groups  # noqa: F401
+from objbench.algos import advantages, entropy, filters, kl, policy, surrogates  # noqa: F401
+from objbench.algos.aggregate import aggregate, aggregate_many  # the function shadows the submodule name on purpose
+from objbench.algos.policy import policy_loss
+from objbench.algos.config import (
     AdvantageConfig,
     FilterConfig,
     GroupConfig,
@@ -57,10 +57,10 @@ from algos.config import (
     format_config_table,
     with_overrides,
 )
-from algos import presets as _presets_module  # noqa: F401
-from algos.presets import get_preset, presets
-from algos.objective import METRIC_DOCS, compute_advantages, compute_loss, compute_value_loss
-from algos.schedules import objective_at
+from objbench.algos import presets as _presets_module  # noqa: F401
+from objbench.algos.presets import get_preset, presets
+from objbench.algos.objective import METRIC_DOCS, compute_advantages, compute_loss, compute_value_loss
+from objbench.algos.schedules import objective_at
 
 __all__ = [
     "aggregate",

@@ -24,11 +24,11 @@ from typing import Callable, NamedTuple, Optional, Tuple
 
 import torch
 
-from algos._checks import (as_mask, check_choice, check_float, check_group_size, complement, masked_mean,
+from objbench.algos._checks import (as_mask, check_choice, check_float, check_group_size, complement, masked_mean,
                            masked_sum)
-from algos.aggregate import aggregate
-from algos.groups import Segments, layout
-from algos.registry import ADVANTAGE_ESTIMATORS
+from objbench.algos.aggregate import aggregate
+from objbench.algos.groups import Segments, layout
+from objbench.algos.registry import ADVANTAGE_ESTIMATORS
 
 __all__ = [
     "gae",

@@ -34,7 +34,7 @@ registered without ``stackable = True`` is called once per k). Metrics that spli
 (e.g. the advantage weight each difficulty carries) use it to avoid K separate passes.
 
 This module's name is shadowed in the package namespace: ``algos.aggregate`` is the *function*. Other
-names are reachable with ``from algos.aggregate import AGGREGATION_MODES``.
+names are reachable with ``from objbench.algos.aggregate import AGGREGATION_MODES``.
 """
 
 from __future__ import annotations
@@ -43,8 +43,8 @@ from typing import Optional
 
 import torch
 
-from algos._checks import as_mask, check_float, complement, row_counts, valid_count
-from algos.registry import AGGREGATION_MODES
+from objbench.algos._checks import as_mask, check_float, complement, row_counts, valid_count
+from objbench.algos.registry import AGGREGATION_MODES
 
 __all__ = ["aggregate", "aggregate_many", "AGGREGATION_MODES"]
 

@@ -47,12 +47,12 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, List, Mapping, Optional
 
 # the component modules register their members on import; config validation reads the registries
-import algos.advantages as _advantages
-import algos.aggregate  # noqa: F401  (registers aggregation modes)
-import algos.groups  # noqa: F401  (registers group-size rules)
-import algos.kl as _kl
-import algos.policy  # noqa: F401  (registers ratio levels and, via algos.surrogates, surrogates)
-from algos.registry import (
+import objbench.algos.advantages as _advantages
+import objbench.algos.aggregate  # noqa: F401  (registers aggregation modes)
+import objbench.algos.groups  # noqa: F401  (registers group-size rules)
+import objbench.algos.kl as _kl
+import objbench.algos.policy  # noqa: F401  (registers ratio levels and, via algos.surrogates, surrogates)
+from objbench.algos.registry import (
     ADVANTAGE_ESTIMATORS,
     AGGREGATION_MODES,
     GROUP_SIZE_RULES,
@@ -60,7 +60,7 @@ from algos.registry import (
     RATIO_LEVELS,
     SURROGATES,
 )
-from algos.schedules import Schedule, corners, objective_at, scheduled_values
+from objbench.algos.schedules import Schedule, corners, objective_at, scheduled_values
 
 __all__ = [
     "AdvantageConfig",

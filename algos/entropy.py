@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import torch
 
-from algos._checks import check_float
+from objbench.algos._checks import check_float
 
 __all__ = ["token_entropy", "entropy_from_log_probs"]
 

@@ -17,8 +17,8 @@ import math
 
 import torch
 
-from algos._checks import as_mask, check_float
-from algos.groups import Segments, layout
+from objbench.algos._checks import as_mask, check_float
+from objbench.algos.groups import Segments, layout
 
 __all__ = ["dynamic_sampling_keep", "overlong_penalty", "overlong_filter", "top_fraction_keep",
            "group_reward_correction"]

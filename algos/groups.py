@@ -48,8 +48,8 @@ from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import torch
 
-from algos._checks import check_group_size
-from algos.registry import GROUP_SIZE_RULES
+from objbench.algos._checks import check_group_size
+from objbench.algos.registry import GROUP_SIZE_RULES
 
 __all__ = [
     "layout",

@@ -28,8 +28,8 @@ from typing import Optional
 
 import torch
 
-from algos._checks import check_float
-from algos.registry import KL_ESTIMATORS
+from objbench.algos._checks import check_float
+from objbench.algos.registry import KL_ESTIMATORS
 
 __all__ = ["estimate", "value_estimates", "exact_kl", "exact_kl_both", "exact_kl_both_from_log_probs", "KL_ESTIMATORS", "KL_DIRECTIONS", "VALUE_FORMS"]
 

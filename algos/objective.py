@@ -31,16 +31,16 @@ from typing import Dict, Optional, Sequence, Tuple
 
 import torch
 
-from algos._checks import as_mask, check_float, complement, masked_mean
-from algos.advantages import value_loss, zero_variance_groups
-from algos.groups import layout
-from algos.aggregate import aggregate, aggregate_many
-from algos.config import ObjectiveConfig
-from algos.kl import estimate
-from algos.policy import _check_args as _check_policy_loss_args
-from algos.policy import _masked_log_probs, _masked_policy_loss
-from algos.registry import ADVANTAGE_ESTIMATORS
-from algos.surrogates import OPTION_DEFAULTS
+from objbench.algos._checks import as_mask, check_float, complement, masked_mean
+from objbench.algos.advantages import value_loss, zero_variance_groups
+from objbench.algos.groups import layout
+from objbench.algos.aggregate import aggregate, aggregate_many
+from objbench.algos.config import ObjectiveConfig
+from objbench.algos.kl import estimate
+from objbench.algos.policy import _check_args as _check_policy_loss_args
+from objbench.algos.policy import _masked_log_probs, _masked_policy_loss
+from objbench.algos.registry import ADVANTAGE_ESTIMATORS
+from objbench.algos.surrogates import OPTION_DEFAULTS
 
 __all__ = ["compute_advantages", "compute_loss", "compute_value_loss", "METRIC_DOCS"]
 

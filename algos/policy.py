@@ -40,10 +40,10 @@ from typing import Callable, Optional, Tuple
 
 import torch
 
-from algos._checks import any_valid, as_mask, check_float, complement, row_counts, valid_count
-from algos.aggregate import aggregate, aggregate_many
-from algos.registry import AGGREGATION_MODES, RATIO_LEVELS, SURROGATES
-from algos.surrogates import OPTION_DEFAULTS
+from objbench.algos._checks import any_valid, as_mask, check_float, complement, row_counts, valid_count
+from objbench.algos.aggregate import aggregate, aggregate_many
+from objbench.algos.registry import AGGREGATION_MODES, RATIO_LEVELS, SURROGATES
+from objbench.algos.surrogates import OPTION_DEFAULTS
 
 __all__ = [
     "policy_loss",

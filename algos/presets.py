@@ -14,7 +14,7 @@ from __future__ import annotations
 from types import MappingProxyType
 from typing import Any, Mapping
 
-from algos.config import (
+from objbench.algos.config import (
     AdvantageConfig,
     FilterConfig,
     KLConfig,

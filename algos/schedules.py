@@ -37,7 +37,7 @@ import numbers
 from dataclasses import dataclass, field
 from typing import Callable, Dict, List, Optional, Tuple
 
-from algos.registry import SCHEDULE_KINDS
+from objbench.algos.registry import SCHEDULE_KINDS
 
 __all__ = [
     "Schedule",

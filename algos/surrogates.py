@@ -66,7 +66,7 @@ from typing import Callable, Dict, Tuple
 
 import torch
 
-from algos.registry import SURROGATES
+from objbench.algos.registry import SURROGATES
 
 __all__ = ["Surrogate", "SURROGATES", "OPTION_DEFAULTS", "ppo_clip", "cispo", "sapo"]
 

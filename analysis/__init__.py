@@ -3,7 +3,7 @@
 Imports nothing else from objbench; it only knows the run-folder format (see ``analysis.load``), so it works on
 results copied from a cluster.
 
-    from analysis import load_runs, write_report
+    from objbench.analysis import load_runs, write_report
     runs = load_runs("results/runs/quickstart")       # long DataFrames: runs.metrics, runs.evals, runs.configs
     write_report("results/runs/quickstart")           # -> results/runs/quickstart/report/report.md (+ runs.csv.gz)
     write_report(data="results/quickstart/runs.csv.gz", out_dir="/tmp/q")   # the same tables from the data alone
@@ -16,14 +16,14 @@ file), ``provenance`` (commit, tree state, versions, wall time; no report into r
 report.md), ``studies`` (study sections), ``synthetic`` (fake sweeps for tests and demos).
 """
 
-from analysis.load import Runs, load_runs
+from objbench.analysis.load import Runs, load_runs
 
 __all__ = ["Runs", "load_runs", "write_report"]
 
 
 def __getattr__(name):  # write_report imports matplotlib: load it only when asked for
     if name == "write_report":
-        from analysis.report import write_report
+        from objbench.analysis.report import write_report
 
         return write_report
     raise AttributeError(f"module 'analysis' has no attribute {name!r}")

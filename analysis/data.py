@@ -44,7 +44,7 @@ import numpy as np
 import pandas as pd
 import yaml
 
-from analysis.load import LONG_COLUMNS, Runs
+from objbench.analysis.load import LONG_COLUMNS, Runs
 
 __all__ = ["DATA_FILE", "META_FILE", "SAMPLES_FILE", "FORMAT", "DROP_KEYS", "DROP_PREFIXES", "write_data", "read_data",
            "read_samples_jsonl", "data_paths"]
@@ -123,7 +123,7 @@ def _run_record(row: dict) -> tuple[dict, dict]:
         except yaml.YAMLError:
             cfg = {}
     sft = meta.get("sft") if isinstance(meta.get("sft"), dict) else {}
-    from analysis.provenance import wall_time
+    from objbench.analysis.provenance import wall_time
 
     wt = wall_time([meta])
     rec = {"run": row["run"], "arm": row["arm"], "seed": int(row["seed"]), "complete": bool(row.get("complete", True)),
@@ -345,7 +345,7 @@ def read_data(path: str | Path) -> Runs:
     if meta.get("samples_file"):
         samples = _read_csv_gz(samples_path, dtype={"run": str, "step": np.int64, "length": np.int64,
                                                     "correct": np.int64, "count": np.int64})
-    from analysis.load import SkippedRun
+    from objbench.analysis.load import SkippedRun
 
     skipped = tuple(SkippedRun(s["run"], s["path"], s["reason"]) for s in meta.get("skipped", []))
     return Runs(root=data.parent, metrics=metrics, evals=evals, configs=configs, sweep=dict(meta["sweep"]),
@@ -353,6 +353,6 @@ def read_data(path: str | Path) -> Runs:
 
 
 def _empty_long() -> pd.DataFrame:
-    from analysis.load import _empty_long as empty
+    from objbench.analysis.load import _empty_long as empty
 
     return empty()

@@ -296,7 +296,7 @@ def check_report_spec(report: Any, arms: Sequence[str] | None = None) -> None:
     plan_input = report if report is not None else {}
     parse_plan(plan_input, arms)
     if isinstance(report, dict) and "study" in report:
-        from analysis.studies import STUDIES
+        from objbench.analysis.studies import STUDIES
 
         if report["study"] not in STUDIES:
             raise ValueError(f"report.study {report['study']!r} is not one of {', '.join(STUDIES)}")

@@ -50,14 +50,14 @@ import numpy as np
 import pandas as pd
 import yaml
 
-from analysis import data as rdata
-from analysis import prereg
-from analysis.inference import MIN_BOOTSTRAP_N, Comparison, compare_declared, compare_exploratory
-from analysis.load import Runs, load_runs
-from analysis.provenance import check_clean, format_seconds, library_versions, wall_time
-from analysis.plots import ACC_LIM, TRAINING_PANELS, Panel, arm_colors, metric_bounds, plot_final, plot_panels
-from analysis.stats import CURVE_RESAMPLES, DEFAULT_RESAMPLES, mean_ci_over_seeds
-from analysis.tables import (
+from objbench.analysis import data as rdata
+from objbench.analysis import prereg
+from objbench.analysis.inference import MIN_BOOTSTRAP_N, Comparison, compare_declared, compare_exploratory
+from objbench.analysis.load import Runs, load_runs
+from objbench.analysis.provenance import check_clean, format_seconds, library_versions, wall_time
+from objbench.analysis.plots import ACC_LIM, TRAINING_PANELS, Panel, arm_colors, metric_bounds, plot_final, plot_panels
+from objbench.analysis.stats import CURVE_RESAMPLES, DEFAULT_RESAMPLES, mean_ci_over_seeds
+from objbench.analysis.tables import (
     Provenance,
     bucket_aggregate_table,
     final_scores,
@@ -202,7 +202,7 @@ def report_command(runs_dir=None, out_dir=None, x: str = "step", primary: str | 
     if primary is not None:
         args.append(f"primary={primary!r}")
     args += [f"{k}={v!r}" for k, v in non_default.items()]
-    return f'python -c "from analysis.report import write_report; write_report({", ".join(args)})"'
+    return f'python -c "from objbench.analysis.report import write_report; write_report({", ".join(args)})"'
 
 
 def _slug(s: str) -> str:
@@ -418,7 +418,7 @@ def _runs_from_folders(runs_dir: Path, include_incomplete: bool) -> tuple[Runs, 
 def _check_study(report_cfg) -> str | None:
     study = (report_cfg or {}).get("study") if isinstance(report_cfg, dict) else None
     if study:
-        from analysis.studies import STUDIES
+        from objbench.analysis.studies import STUDIES
 
         if study not in STUDIES:
             raise ValueError(f"unknown study {study!r}; valid: {', '.join(STUDIES)}")
@@ -497,7 +497,7 @@ def write_report(runs_dir=None, out_dir=None, x: str | None = None, *, data=None
     out.mkdir(parents=True, exist_ok=True)
 
     if data is None:
-        from analysis.studies import NEEDS_SAMPLES
+        from objbench.analysis.studies import NEEDS_SAMPLES
 
         samples = rdata.read_samples_jsonl(folder_runs.configs) if study in NEEDS_SAMPLES else None
         rdata.write_data(folder_runs, out, samples=samples, report_options=opts,
@@ -686,7 +686,7 @@ def _write(runs: Runs, out: Path, opts: dict, stored: dict, primary: str, primar
                           data_file=data_file, out=out, from_data=from_data, source_runs_dir=source_runs_dir,
                           opts=opts, stamp_cmd=stamp_cmd, out_given=out_given)
     if study:
-        from analysis.studies import study_section
+        from objbench.analysis.studies import study_section
         md = md.rstrip("\n") + "\n\n" + "\n".join(study_section(study, runs, out, dpi, plan=plan)) + "\n"
     path = out / "report.md"
     path.write_text(md)
@@ -941,7 +941,7 @@ def _report_markdown(runs: Runs, ft, pw, agg, primary, final_def, stat_def, figu
     return "\n".join(L)
 
 
-if __name__ == "__main__":  # python -m analysis.report RUNS_DIR | --from-data FILE [--x tokens] [--out DIR] ...
+if __name__ == "__main__":  # python -m objbench.analysis.report RUNS_DIR | --from-data FILE [--x tokens] [--out DIR] ...
     import argparse
 
     ap = argparse.ArgumentParser(description="write report.md, figures and tables for a folder of runs")
@@ -953,4 +953,4 @@ if __name__ == "__main__":  # python -m analysis.report RUNS_DIR | --from-data F
     ap.add_argument("--force", action="store_true", help="write into the committed results/ from a dirty tree")
     a = ap.parse_args()
     print(write_report(a.runs_dir, out_dir=a.out, x=a.x, data=a.from_data, primary=a.primary, force=a.force,
-                       command=shlex.join(["python", "-m", "analysis.report", *sys.argv[1:]])))
+                       command=shlex.join(["python", "-m", "objbench.analysis.report", *sys.argv[1:]])))

@@ -36,7 +36,7 @@ import numpy as np
 import pandas as pd
 import scipy.stats
 
-from analysis.inference import MIN_BOOTSTRAP_N, mean_interval
+from objbench.analysis.inference import MIN_BOOTSTRAP_N, mean_interval
 
 __all__ = [
     "CI",

@@ -29,9 +29,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from analysis.inference import compare_exploratory
-from analysis.prereg import Endpoint, Window, paired_differences, per_run_values
-from analysis.stats import mean_ci
+from objbench.analysis.inference import compare_exploratory
+from objbench.analysis.prereg import Endpoint, Window, paired_differences, per_run_values
+from objbench.analysis.stats import mean_ci
 
 STUDIES = ("length_bias", "difficulty_bias", "kl_estimators", "off_policy")
 NEEDS_SAMPLES = frozenset({"length_bias"})
@@ -197,7 +197,7 @@ def read_samples(runs) -> pd.DataFrame:
 
     From the data file when the runs were read from one (``runs.samples``), else from each run folder's
     samples.jsonl (``analysis.data.read_samples_jsonl``)."""
-    from analysis.data import read_samples_jsonl
+    from objbench.analysis.data import read_samples_jsonl
 
     smp = runs.samples if runs.samples is not None else read_samples_jsonl(runs.configs)
     cols = ["run", "arm", "seed", "step", "length", "correct", "count"]

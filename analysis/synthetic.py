@@ -2,8 +2,8 @@
 
 The numbers are smooth made-up curves plus seeded noise; nothing here is a result. Usage::
 
-    python -c "from analysis.synthetic import write_synthetic_sweep as w; w('/tmp/fake')"
-    python -m analysis.report /tmp/fake
+    python -c "from objbench.analysis.synthetic import write_synthetic_sweep as w; w('/tmp/fake')"
+    python -m objbench.analysis.report /tmp/fake
 """
 
 from __future__ import annotations

@@ -31,7 +31,7 @@ from typing import Any, Sequence
 import numpy as np
 import pandas as pd
 
-from analysis.stats import (CI, DEFAULT_RESAMPLES, MIN_BOOTSTRAP_N, iqm, mean_ci, prob_improvement,
+from objbench.analysis.stats import (CI, DEFAULT_RESAMPLES, MIN_BOOTSTRAP_N, iqm, mean_ci, prob_improvement,
                             stratified_bootstrap_ci)
 
 __all__ = [

@@ -34,7 +34,7 @@ from pathlib import Path
 
 import torch
 
-from experiments.train import _git_commit, _versions
+from objbench.experiments.train import _git_commit, _versions
 
 ARMS = {
     "ppo": ["objective=ppo"],
@@ -55,7 +55,7 @@ def _one(overrides: list[str], steps: int) -> dict:
     """One configuration in a child process (CPU: its own peak RSS)."""
     with tempfile.NamedTemporaryFile(suffix=".json", delete=False) as f:
         out = f.name
-    code = ("import json, sys; from experiments.bench import bench; "
+    code = ("import json, sys; from objbench.experiments.bench import bench; "
             f"r = bench(None, {overrides!r}, steps={steps}, warmup=3, quiet=True); "
             f"json.dump(r, open({out!r}, 'w'))")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
@@ -69,7 +69,7 @@ def _one(overrides: list[str], steps: int) -> dict:
 
 def _one_cuda(overrides: list[str], steps: int) -> dict:
     """One configuration in this process on CUDA, with the allocator's peak reset first."""
-    from experiments.bench import bench
+    from objbench.experiments.bench import bench
 
     gc.collect()
     torch.cuda.empty_cache()
@@ -86,8 +86,8 @@ def _one_cuda(overrides: list[str], steps: int) -> dict:
 def _cuda_model(folder: Path | None, tmp: Path) -> tuple[Path, Path]:
     """A Qwen2-architecture folder (default: hidden 768, 12 layers, ~86M parameters with a 512-token BPE
     vocabulary, built offline) and a synthetic GSM8K-format data file."""
-    from envs.dataset import write_synthetic_gsm8k
-    from rollout.toy_hf import write_toy_model
+    from objbench.envs.dataset import write_synthetic_gsm8k
+    from objbench.rollout.toy_hf import write_toy_model
 
     data = tmp / "gsm8k.jsonl"
     write_synthetic_gsm8k(str(data), 2000, seed=0)
@@ -194,7 +194,7 @@ def _n_params(overrides: list[str]) -> int:
     folder = next(o.split("=", 1)[1] for o in overrides if o.startswith("model.path="))
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    from rollout.models import n_params
+    from objbench.rollout.models import n_params
 
     with torch.device("meta"):
         return n_params(AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(folder)))

@@ -33,19 +33,19 @@ ROOT = Path(__file__).resolve().parent.parent
 def _model(folder: Path | None, tmp: Path) -> Path:
     if folder is not None:
         return folder
-    from rollout.toy_hf import write_toy_model
+    from objbench.rollout.toy_hf import write_toy_model
 
     return write_toy_model(tmp / "toy-qwen2-30m", hidden=512, layers=8, heads=16)  # head_dim 32
 
 
 def _tiny(tmp: Path) -> Path:
-    from rollout.toy_hf import write_toy_model
+    from objbench.rollout.toy_hf import write_toy_model
 
     return write_toy_model(tmp / "toy-qwen2")
 
 
 def _data(tmp: Path) -> Path:
-    from envs.dataset import write_synthetic_gsm8k
+    from objbench.envs.dataset import write_synthetic_gsm8k
 
     path = tmp / "gsm8k.jsonl"
     write_synthetic_gsm8k(str(path), 2000, seed=0)
@@ -54,8 +54,8 @@ def _data(tmp: Path) -> Path:
 
 def _run(name: str, overrides: list[str], steps: int, out: Path) -> dict:
     """A short run through the real loop; step times from metrics.jsonl, peak memory from CUDA."""
-    from experiments.config import load_config
-    from experiments.train import train
+    from objbench.experiments.config import load_config
+    from objbench.experiments.train import train
 
     cuda = torch.cuda.is_available()
     if cuda:
@@ -77,9 +77,9 @@ def _run(name: str, overrides: list[str], steps: int, out: Path) -> dict:
 
 
 def _vllm_contract(model: Path) -> dict:
-    from rollout.bundle import load_hf
-    from rollout.engine import SamplingParams, make_engine, repeat_prompts
-    from rollout.scoring import score
+    from objbench.rollout.bundle import load_hf
+    from objbench.rollout.engine import SamplingParams, make_engine, repeat_prompts
+    from objbench.rollout.scoring import score
 
     policy, codec = load_hf(str(model))
     policy.to("cuda")

@@ -13,7 +13,7 @@ import statistics
 import threading
 import time
 
-from envs import mathcheck
+from objbench.envs import mathcheck
 
 
 def _timed(f, n: int = 1):

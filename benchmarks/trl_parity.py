@@ -41,7 +41,7 @@ from pathlib import Path
 import torch
 
 from benchmarks import workload as W
-from experiments.train import peak_rss_mb  # VmHWM: each child's own peak, not its parent's
+from objbench.experiments.train import peak_rss_mb  # VmHWM: each child's own peak, not its parent's
 
 def objbench_overrides(beta: float, kl_estimator: str = "k3_ratio") -> list[str]:
     """The workload's GRPO as objbench config overrides (everything else is objbench's grpo preset)."""
@@ -64,9 +64,9 @@ KINDS = ("trl", "trl_default", "objbench")
 
 
 def run_objbench(model_dir: str, beta: float, steps: int) -> dict:
-    from experiments.config import load_config
-    from experiments.train import _make_optimizers, make_setup, train_step
-    from rollout.sft import load_policy
+    from objbench.experiments.config import load_config
+    from objbench.experiments.train import _make_optimizers, make_setup, train_step
+    from objbench.rollout.sft import load_policy
 
     cfg = load_config(None, objbench_overrides(beta))
     task = W.UniformAddition(n=steps * W.PROMPTS_PER_STEP)
@@ -155,11 +155,11 @@ def run_trl(model_dir: str, beta: float, steps: int, fastest: bool = True) -> di
 
 def numerics(model_dir: str, beta: float, bias_correction: bool = True) -> dict:
     """Loss and gradient of TRL and objbench on one TRL-generated batch, same weights, same completions."""
-    import algos
-    from experiments.config import load_config
-    from rollout.models import frozen_copy
-    from rollout.scoring import score
-    from rollout.sft import load_policy
+    from objbench import algos
+    from objbench.experiments.config import load_config
+    from objbench.rollout.models import frozen_copy
+    from objbench.rollout.scoring import score
+    from objbench.rollout.sft import load_policy
 
     with tempfile.TemporaryDirectory() as tmp:
         tr = make_trl_trainer(model_dir, beta, 1, tmp, bias_correction=bias_correction)
@@ -331,7 +331,7 @@ def main(argv=None) -> int:
 
 def _versions() -> dict:
     import trl
-    from experiments.train import _git_commit, _versions as base
+    from objbench.experiments.train import _git_commit, _versions as base
 
     return {**base(), "trl": trl.__version__, "threads": torch.get_num_threads(), "commit": _git_commit()}
 

@@ -43,10 +43,10 @@ E2E = ["objective=grpo", "model.arch=tiny_h32", "train.steps=60", "train.eval_ev
 
 
 def _prompts(n: int, G: int):
-    from envs import make_task
-    from envs.tokenizer import BOS_ID, PAD_ID, build_char_tokenizer
-    from rollout.engine import repeat_prompts
-    from rollout.sft import encode_prompts
+    from objbench.envs import make_task
+    from objbench.envs.tokenizer import BOS_ID, PAD_ID, build_char_tokenizer
+    from objbench.rollout.engine import repeat_prompts
+    from objbench.rollout.sft import encode_prompts
 
     task = make_task("arithmetic")
     texts = [p.prompt for p in task.prompts(0, 0, n)]
@@ -54,7 +54,7 @@ def _prompts(n: int, G: int):
 
 
 def _mismatch(policy, ids, mask, gen) -> tuple[float, float]:
-    from rollout.scoring import score
+    from objbench.rollout.scoring import score
 
     with torch.no_grad():
         sc = score(policy, ids, mask, gen.response_ids, gen.response_mask)
@@ -67,10 +67,10 @@ def _median(xs):
 
 
 def bench_workload(name, arch, n_prompts, G, max_new, repeats) -> dict:
-    from envs.tokenizer import VOCAB_SIZE
-    from rollout.engine import HFEngine, SamplingParams
-    from rollout.models import build_policy, n_params
-    from rollout.vllm_engine import VLLMEngine
+    from objbench.envs.tokenizer import VOCAB_SIZE
+    from objbench.rollout.engine import HFEngine, SamplingParams
+    from objbench.rollout.models import build_policy, n_params
+    from objbench.rollout.vllm_engine import VLLMEngine
 
     policy = build_policy(arch, VOCAB_SIZE, seed=0)
     ids, mask = _prompts(n_prompts, G)
@@ -136,7 +136,7 @@ def e2e(out_dir: Path) -> dict:
         env = {**os.environ, "OBJBENCH_CACHE": str(Path(tmp) / "cache")}
         for name, extra in (("hf", []), ("vllm", ["rollout.engine=vllm", "rollout.vllm.kv_cache_gb=0.25"])):
             t = time.perf_counter()
-            subprocess.run([sys.executable, "-m", "experiments.cli", "train", *E2E, *extra, f"out_dir={tmp}",
+            subprocess.run([sys.executable, "-m", "objbench.experiments.cli", "train", *E2E, *extra, f"out_dir={tmp}",
                             f"name={name}", "--quiet"], cwd=ROOT, env=env, check=True, capture_output=True)
             wall = time.perf_counter() - t
             rows = [json.loads(l) for l in open(Path(tmp) / name / "metrics.jsonl")]
@@ -215,7 +215,7 @@ def main(argv=None):
     args = ap.parse_args(argv)
     import vllm
 
-    from experiments.train import _git_commit, _versions
+    from objbench.experiments.train import _git_commit, _versions
 
     res = {"command": "python -m benchmarks.vllm_vs_hf " + " ".join(sys.argv[1:]), "commit": _git_commit(),
            "versions": {**_versions(), "vllm": vllm.__version__}, "cpus": os.cpu_count(),

@@ -21,7 +21,7 @@ from functools import lru_cache
 
 import torch
 
-from envs.base import NumericProblem, Problem, RewardResult, Task
+from objbench.envs.base import NumericProblem, Problem, RewardResult, Task
 
 PAD_ID, BOS_ID, EOS_ID = 0, 1, 2
 VOCAB = ("<pad>", "<bos>", "<eos>", *"0123456789", "+", "=")

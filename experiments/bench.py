@@ -12,8 +12,8 @@ import time
 
 import torch
 
-from experiments.config import load_config
-from experiments.train import _make_optimizers, build_setup, peak_rss_mb, train_step
+from objbench.experiments.config import load_config
+from objbench.experiments.train import _make_optimizers, build_setup, peak_rss_mb, train_step
 
 PHASES = ("sample", "reward", "reference", "critic", "advantages", "forward", "loss", "backward", "optimizer",
           "metrics")

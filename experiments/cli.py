@@ -20,8 +20,8 @@ import time
 
 
 def _cmd_train(args) -> int:
-    from experiments.config import check_unique_keys, load_config
-    from experiments.train import train
+    from objbench.experiments.config import check_unique_keys, load_config
+    from objbench.experiments.train import train
 
     check_unique_keys(args.overrides)
     cfg = load_config(args.config, args.overrides)
@@ -32,7 +32,7 @@ def _cmd_train(args) -> int:
 
 
 def _cmd_config(args) -> int:
-    from experiments.config import check_unique_keys, load_config, to_yaml
+    from objbench.experiments.config import check_unique_keys, load_config, to_yaml
 
     check_unique_keys(args.overrides)
     print(to_yaml(load_config(args.config, args.overrides)), end="")
@@ -40,9 +40,9 @@ def _cmd_config(args) -> int:
 
 
 def _cmd_sweep(args) -> int:
-    from experiments.sweep import SweepFailed, check_gpus_per_run, describe, load_sweep, run_sweep
+    from objbench.experiments.sweep import SweepFailed, check_gpus_per_run, describe, load_sweep, run_sweep
 
-    from experiments.config import check_unique_keys
+    from objbench.experiments.config import check_unique_keys
 
     check_unique_keys(args.overrides)
     sw = load_sweep(args.spec, out_dir=args.out, extra_overrides=args.overrides,
@@ -68,8 +68,8 @@ def _cmd_sweep(args) -> int:
 
 def _arm_config(sw, which: str) -> str:
     """The resolved config (YAML) of one run of a sweep: a run name (``gspo__s1``), or an arm (its first seed)."""
-    from experiments.config import to_yaml
-    from experiments.errors import ConfigError
+    from objbench.experiments.config import to_yaml
+    from objbench.experiments.errors import ConfigError
 
     runs = {r.cfg.run_name: r for r in sw.runs}
     r = runs.get(which) or next((r for r in sw.runs if r.arm == which), None)
@@ -81,9 +81,9 @@ def _arm_config(sw, which: str) -> str:
 
 
 def _cmd_report(args) -> int:
-    from analysis.load import INCOMPLETE_HINT
-    from analysis.report import write_report
-    from experiments.errors import ConfigError, RunFolderError
+    from objbench.analysis.load import INCOMPLETE_HINT
+    from objbench.analysis.report import write_report
+    from objbench.experiments.errors import ConfigError, RunFolderError
 
     if (args.runs_dir is None) == (args.from_data is None):
         raise ConfigError("objbench report: give RUNS_DIR or --from-data FILE (one of them)")
@@ -101,20 +101,20 @@ def _cmd_report(args) -> int:
 
 
 def _cmd_bench(args) -> int:
-    from experiments.bench import bench
+    from objbench.experiments.bench import bench
 
     bench(args.config, args.overrides, steps=args.steps, warmup=args.warmup)
     return 0
 
 
 def _cmd_presets(args) -> int:
-    from algos import presets
-    from algos.config import format_config_table
+    from objbench.algos import presets
+    from objbench.algos.config import format_config_table
 
     names = args.names or list(presets)
     for n in names:
         if n not in presets:
-            from experiments.errors import ConfigError
+            from objbench.experiments.errors import ConfigError
 
             raise ConfigError(f"unknown preset {n!r}; choose one of: {', '.join(presets)}")
         print(f"## {n}\n{format_config_table(presets[n])}\n")
@@ -126,7 +126,7 @@ def build_parser() -> argparse.ArgumentParser:
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="cmd", required=True)
 
-    from experiments.fields import format_fields
+    from objbench.experiments.fields import format_fields
 
     fields_help = format_fields()
     t = sub.add_parser("train", help="train one run", epilog=fields_help,
@@ -205,7 +205,7 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 
 def main(argv=None) -> int:
-    from experiments.errors import ConfigError, RunFolderError  # light: --help never imports torch
+    from objbench.experiments.errors import ConfigError, RunFolderError  # light: --help never imports torch
 
     args = parse_args(argv)
     try:

@@ -23,13 +23,13 @@ import yaml
 from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from algos import presets as PRESETS
-from algos.config import ObjectiveConfig
-from algos.groups import adaptive as adaptive_groups
-from algos.schedules import Schedule, TemperatureControl, check_temperature
+from objbench.algos import presets as PRESETS
+from objbench.algos.config import ObjectiveConfig
+from objbench.algos.groups import adaptive as adaptive_groups
+from objbench.algos.schedules import Schedule, TemperatureControl, check_temperature
 
 
-from experiments.errors import ConfigError  # noqa: E402  (defined without heavy imports, for the CLI)
+from objbench.experiments.errors import ConfigError  # noqa: E402  (defined without heavy imports, for the CLI)
 
 
 def _choice(name: str, value, choices):
@@ -74,7 +74,7 @@ class ModelConfig:
                 (self.device.startswith("cuda:") and self.device[5:].isdigit())):
             raise ConfigError(f"model.device={self.device!r} is not valid; choose auto, cpu, cuda or cuda:N")
         if not self.path:
-            from rollout.models import TINY_ARCHS
+            from objbench.rollout.models import TINY_ARCHS
 
             if self.arch not in TINY_ARCHS:
                 hint = (" (a Hugging Face model folder goes in model.path=...)"
@@ -205,7 +205,7 @@ class RolloutConfig:
     staleness + 1 weight copies"""
 
     def __post_init__(self):
-        from rollout.engine import ENGINES
+        from objbench.rollout.engine import ENGINES
 
         _positive("rollout.completions_per_step", self.completions_per_step)
         _positive("rollout.temperature", self.temperature)
@@ -224,7 +224,7 @@ class RolloutConfig:
         if self.engine != "vllm" and self.vllm != VLLMConfig():
             raise ConfigError(f"rollout.vllm.* settings are read only by rollout.engine=vllm, not {self.engine!r}")
         if self.engine == "vllm":
-            from rollout import vllm_engine
+            from objbench.rollout import vllm_engine
 
             if not vllm_engine.vllm_installed():
                 raise ConfigError(
@@ -242,7 +242,7 @@ class RolloutConfig:
     def check_model(self, arch: str) -> None:
         """Engine limits on the model (TrainConfig passes model.arch): vLLM's CPU attention head sizes."""
         if self.engine == "vllm":
-            from rollout.vllm_engine import check_model_supported
+            from objbench.rollout.vllm_engine import check_model_supported
 
             try:
                 check_model_supported(arch)
@@ -528,7 +528,7 @@ def load_config(path: str | Path | None = None, overrides: list[str] | tuple = (
                           "answer must end in a '=' token of its own, and a BPE tokenizer may merge '=' with the "
                           "digits before it")
     check_optional_packages(cfg)
-    from algos import check_against_rollout
+    from objbench.algos import check_against_rollout
 
     try:  # objective settings that depend on the sampler's length budget (as make_setup resolves it)
         check_against_rollout(cfg.objective, max_new_tokens(cfg, task))
@@ -557,7 +557,7 @@ def _check_charset(cfg: TrainConfig, task) -> None:
     held-out set and the first training problems."""
     if cfg.model.path:
         return
-    from envs.tokenizer import CHARSET
+    from objbench.envs.tokenizer import CHARSET
 
     probs = list(task.eval_set())[:256] + task.prompts(cfg.effective_data_seed, 0, 64)
     bad = sorted({ch for p in probs for ch in p.prompt + p.answer} - CHARSET)
@@ -575,7 +575,7 @@ _TASKS: dict = {}  # resolved spec (as JSON) -> task; a data set task reads its 
 
 
 def _make_task(spec: dict):
-    from envs import make_task
+    from objbench.envs import make_task
 
     key = _task_key(spec)
     if key not in _TASKS:
@@ -595,7 +595,7 @@ def _make_task(spec: dict):
 
 
 def _resolve_task(spec: dict) -> dict:
-    from envs import task_spec
+    from objbench.envs import task_spec
 
     spec = {k: (OmegaConf.to_container(v) if OmegaConf.is_config(v) else v) for k, v in spec.items()}
     for k in ("path", "eval_path"):  # local data files by absolute path: a resume from elsewhere finds them
@@ -612,7 +612,7 @@ def check_model(cfg: TrainConfig, *, device: bool = True) -> dict:
     """For ``model.path``: check the folder (config, weights present, tokenizer, vocabulary, EOS) without loading
     its weights, and (``device``) that model.device exists here; returns what was found ({} for a built-in
     architecture). Raises ConfigError. A driver submitting to a GPU cluster skips the device check."""
-    from rollout.bundle import inspect_model_folder, resolve_device
+    from objbench.rollout.bundle import inspect_model_folder, resolve_device
 
     try:
         if device:

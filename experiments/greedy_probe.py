@@ -1,7 +1,7 @@
 """Why does greedy held-out accuracy fall while sampled accuracy rises? Compare each run's start and final policy
 problem by problem.
 
-    python -m experiments.greedy_probe results/runs/quickstart --arm grpo --out results/greedy_drop
+    python -m objbench.experiments.greedy_probe results/runs/quickstart --arm grpo --out results/greedy_drop
 
 For every finished run of the arm (its warm start from the cache, its final policy from checkpoints/last) and
 every held-out problem of the built-in arithmetic task:
@@ -31,9 +31,9 @@ import torch
 
 def _problem_stats(s, policy, problems, samples: int, seed: int) -> list[dict]:
     """Per problem: greedy correct, sampled accuracy, reference-sequence log-prob, smallest token margin."""
-    from experiments.train import _gen, rollout
-    from rollout.engine import SamplingParams
-    from rollout.scoring import score
+    from objbench.experiments.train import _gen, rollout
+    from objbench.rollout.engine import SamplingParams
+    from objbench.rollout.scoring import score
 
     s.policy = policy
     s.engine.sync_weights(policy)
@@ -55,10 +55,10 @@ def _problem_stats(s, policy, problems, samples: int, seed: int) -> list[dict]:
 
 
 def probe_run(run_dir: Path, samples: int = 16, cache_dir=None) -> list[dict]:
-    from experiments.config import build_task, load_config
-    from experiments.train import make_setup, warm_start
-    from rollout.bundle import char_codec
-    from rollout.sft import load_policy
+    from objbench.experiments.config import build_task, load_config
+    from objbench.experiments.train import make_setup, warm_start
+    from objbench.rollout.bundle import char_codec
+    from objbench.rollout.sft import load_policy
 
     cfg = load_config(run_dir / "config.yaml")
     if cfg.task.get("name") != "arithmetic" or cfg.model.path:
@@ -123,7 +123,7 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     import time
 
-    from analysis.provenance import check_clean, library_versions
+    from objbench.analysis.provenance import check_clean, library_versions
 
     state = check_clean(args.out, force=args.force) if args.out else {}
     t0 = time.time()
@@ -138,7 +138,7 @@ def main(argv=None) -> int:
     text = summarise(rows)
     if args.out:
         v = library_versions()
-        text += (f"\nMade by `python -m experiments.greedy_probe {' '.join(argv if argv is not None else sys.argv[1:])}` "
+        text += (f"\nMade by `python -m objbench.experiments.greedy_probe {' '.join(argv if argv is not None else sys.argv[1:])}` "
                  f"at commit `{state.get('commit')}` ({'DIRTY tree' if state.get('dirty') else 'clean tree'}) in "
                  f"{time.time() - t0:.0f} s; " + ", ".join(f"{k} {x}" for k, x in v.items()) + ". Per problem and "
                  "seed: flips.csv.gz. Margin = p(reference token) - max p(other token), minimum over the answer's "

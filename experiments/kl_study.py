@@ -1,6 +1,6 @@
 """KL-estimator study (diagnostic, no training): estimator quality and gradient behaviour of k1, k2, k3.
 
-    python -m experiments.kl_study --out results/kl_estimators [--seed 0] [--quick]
+    python -m objbench.experiments.kl_study --out results/kl_estimators [--seed 0] [--quick]
 
 One question per part (bsuite style); every number in results/kl_estimators/README.md comes from here.
 
@@ -59,7 +59,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from algos.kl import estimate, exact_kl
+from objbench.algos.kl import estimate, exact_kl
 
 F64 = torch.float64
 ESTIMATORS = ("k1", "k2", "k3")
@@ -188,9 +188,9 @@ def perturb(model: torch.nn.Module, sigma: float, generator: torch.Generator) ->
 
 def load_reference(args: Args):
     """(reference policy, task, tokenizer) from the cached warm start of ``load_config(None, overrides)``."""
-    from envs.tokenizer import build_char_tokenizer
-    from experiments.config import build_task, load_config
-    from experiments.train import warm_start
+    from objbench.envs.tokenizer import build_char_tokenizer
+    from objbench.experiments.config import build_task, load_config
+    from objbench.experiments.train import warm_start
 
     cfg = load_config(None, [f"seed={args.seed}", *args.overrides])
     task, tok = build_task(cfg), build_char_tokenizer()
@@ -208,10 +208,10 @@ def sample_tokens(policy, reference, task, tokenizer, n_prompts: int, group: int
     estimator k: k (sampled value), k_mean and k_var (exact conditional mean / variance given the prefix),
     plus n_completions, n_tokens, mean_len.
     """
-    from envs.tokenizer import BOS_ID, EOS_ID, PAD_ID
-    from rollout.engine import HFEngine, SamplingParams, repeat_prompts
-    from rollout.scoring import score
-    from rollout.sft import encode_prompts
+    from objbench.envs.tokenizer import BOS_ID, EOS_ID, PAD_ID
+    from objbench.rollout.engine import HFEngine, SamplingParams, repeat_prompts
+    from objbench.rollout.scoring import score
+    from objbench.rollout.sft import encode_prompts
 
     problems = task.prompts(seed + 7_777, 0, n_prompts)  # a prompt stream of its own
     p_ids, p_mask = encode_prompts(tokenizer, [p.prompt for p in problems], BOS_ID, PAD_ID)
@@ -927,7 +927,7 @@ def write_tables(out: Path, tables: dict) -> None:
 
 
 def parse_args(argv) -> Args:
-    p = argparse.ArgumentParser(prog="python -m experiments.kl_study", description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(prog="python -m objbench.experiments.kl_study", description=__doc__.split("\n")[0])
     p.add_argument("--out", default=Args.out, help="output folder")
     p.add_argument("--seed", type=int, default=Args.seed)
     p.add_argument("--quick", action="store_true", help="smoke-test sizes (seconds)")
@@ -991,7 +991,7 @@ def run(args: Args, command: str = "") -> dict:
 def main(argv=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = parse_args(argv)
-    command = "python -m experiments.kl_study " + " ".join(shlex.quote(a) for a in argv)
+    command = "python -m objbench.experiments.kl_study " + " ".join(shlex.quote(a) for a in argv)
     res = run(args, command)
     for r in res["verdicts"]:
         print(f"[{r['verdict']}] {r['claim']}: {r['evidence']}")

@@ -1,7 +1,7 @@
 """Regenerate one committed run from scratch and compare it with the committed data, value by value.
 
-    python -m experiments.reproduce results/quickstart grpo__s0            # cold warm-start cache, in a temp dir
-    python -m experiments.reproduce results/quickstart grpo__s0 --keep DIR # keep the regenerated run folder
+    python -m objbench.experiments.reproduce results/quickstart grpo__s0            # cold warm-start cache, in a temp dir
+    python -m objbench.experiments.reproduce results/quickstart grpo__s0 --keep DIR # keep the regenerated run folder
 
 A committed study keeps every logged value of every run (``runs.csv.gz``) and the resolved config, commit, warm
 start hash and thread count of each (``runs_meta.json``). This command rebuilds the run's config from the
@@ -52,8 +52,8 @@ def flat_config(cfg) -> dict:
     """A config as the committed data stores it: config.yaml's YAML, flattened to dotted keys, without seed."""
     import yaml
 
-    from analysis.data import _flatten, _jsonable
-    from experiments.config import to_yaml
+    from objbench.analysis.data import _flatten, _jsonable
+    from objbench.experiments.config import to_yaml
 
     return _jsonable({k: v for k, v in _flatten(yaml.safe_load(to_yaml(cfg))).items() if k != "seed"})
 
@@ -97,10 +97,10 @@ def reproduce(data: str | Path, run: str, *, spec: str | Path | None = None, wor
     Raises ValueError (bad input, or a config that no longer matches the committed one) before training."""
     import torch
 
-    from analysis.data import read_data
-    from analysis.load import load_runs
-    from experiments.sweep import load_sweep
-    from experiments.train import cpu_signature, train
+    from objbench.analysis.data import read_data
+    from objbench.analysis.load import load_runs
+    from objbench.experiments.sweep import load_sweep
+    from objbench.experiments.train import cpu_signature, train
 
     runs = read_data(data)
     meta = runs.meta

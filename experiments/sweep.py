@@ -60,8 +60,8 @@ from pathlib import Path
 
 import yaml
 
-from experiments.config import ConfigError, TrainConfig, load_config, to_dict
-from experiments.workers import ANSI, Job, Outcome, one_line, run_jobs
+from objbench.experiments.config import ConfigError, TrainConfig, load_config, to_dict
+from objbench.experiments.workers import ANSI, Job, Outcome, one_line, run_jobs
 
 SPEC_KEYS = {"name", "base", "out_dir", "seeds", "set", "arms", "grid", "description", "report", "resources"}
 RESOURCE_KEYS = {"gpus_per_run"}
@@ -187,7 +187,7 @@ def load_sweep(path: str | Path, out_dir: str | None = None, extra_overrides: li
                 runs.append(RunSpec(label, seed, cfg))
     if len(set(arm_names)) != len(arm_names):
         raise ConfigError(f"{path}: arm names collide: {arm_names}")
-    from analysis.prereg import check_report_spec  # the report: section (analysis.prereg documents its keys)
+    from objbench.analysis.prereg import check_report_spec  # the report: section (analysis.prereg documents its keys)
     try:
         check_report_spec(spec.get("report"), arm_names)
     except ValueError as e:
@@ -242,7 +242,7 @@ def _compare(sw: Sweep, r: RunSpec) -> tuple[str, str, RunSpec]:
     difference is "changed", also for a run that failed before its first checkpoint (which a single
     ``objbench train`` would move aside): a sweep never mixes old and new configs silently.
     """
-    from experiments.train import LOCATION_KEYS, _diff_keys, run_status
+    from objbench.experiments.train import LOCATION_KEYS, _diff_keys, run_status
 
     try:
         state = run_status(r.cfg)[1]
@@ -368,7 +368,7 @@ def _run_one(cfg: TrainConfig, meta_extra: dict, threads: int) -> tuple[str, flo
     """Worker entry: one run, no per-step progress bar."""
     import torch
 
-    from experiments.train import train
+    from objbench.experiments.train import train
 
     torch.set_num_threads(threads)
     t0 = time.time()
@@ -379,8 +379,8 @@ def _run_one(cfg: TrainConfig, meta_extra: dict, threads: int) -> tuple[str, flo
 def _warm_one(cfg: TrainConfig, threads: int) -> str:
     import torch
 
-    from experiments.config import build_task
-    from experiments.train import warm_start
+    from objbench.experiments.config import build_task
+    from objbench.experiments.train import warm_start
 
     torch.set_num_threads(threads)
     warm_start(cfg, build_task(cfg))  # trains with a fixed thread count (rollout.sft.WARM_START_THREADS)
@@ -405,7 +405,7 @@ def _warm_label(i: int, n: int, runs: list[RunSpec]) -> str:
 
 
 def write_sweep_files(sw: Sweep, command: str):
-    from experiments.train import _git_commit
+    from objbench.experiments.train import _git_commit
 
     sw.sweep_dir.mkdir(parents=True, exist_ok=True)
     (sw.sweep_dir / "sweep.yaml").write_text(sw.path.read_text())
@@ -479,7 +479,7 @@ def _run_sweep(sw: Sweep, ray, workers, command, report, gpus_per_run, conflicts
             at = f" (last logged step {f['last_step']})" if f["last_step"] is not None else ""
             print(f"  {f['run']}{at}: {f['error']}", flush=True)
     if report:
-        from analysis.report import write_report
+        from objbench.analysis.report import write_report
 
         try:
             print(f"report: {write_report(sw.sweep_dir)}", flush=True)
@@ -567,8 +567,8 @@ def _ray_connect():
 
 def ray_env() -> dict:
     """Environment of the Ray tasks (runtime_env env_vars): what a run reads from its environment."""
-    import experiments
-    from rollout.sft import default_cache_dir
+    from objbench import experiments
+    from objbench.rollout.sft import default_cache_dir
 
     env = {k: v for k, v in os.environ.items()
            if k.startswith(("OBJBENCH_", "HF_", "WANDB_")) or k in ("TRANSFORMERS_OFFLINE", "TOKENIZERS_PARALLELISM")}

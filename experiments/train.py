@@ -40,24 +40,24 @@ from pathlib import Path
 import torch
 import yaml
 
-import algos
-from algos import filters as F
-from algos import groups as GR
-from algos import kl as KL
-from algos import schedules as SCH
-from algos._checks import row_counts
-from algos.advantages import zero_variance_groups
-from algos.registry import ADVANTAGE_ESTIMATORS
-from envs import task_spec
-from envs.tokenizer import VOCAB_SIZE
-from experiments.config import ConfigError, TrainConfig, build_task, check_model, max_new_tokens, to_dict, to_yaml
-from experiments.errors import RunFolderError
-from experiments.metrics import reduce, rename
-from rollout.bundle import DTYPES, Codec, char_codec, fingerprint_folder, load_hf, resolve_device
-from rollout.engine import Generation, HFEngine, SamplingParams, make_engine, repeat_prompts
-from rollout.models import ValueModel, build_policy, frozen_copy, n_params
-from rollout.scoring import Scored, score, score_values
-from rollout.sft import Until, _encode_batch, cached_warm_start, pad_left, pad_right, sft_train
+from objbench import algos
+from objbench.algos import filters as F
+from objbench.algos import groups as GR
+from objbench.algos import kl as KL
+from objbench.algos import schedules as SCH
+from objbench.algos._checks import row_counts
+from objbench.algos.advantages import zero_variance_groups
+from objbench.algos.registry import ADVANTAGE_ESTIMATORS
+from objbench.envs import task_spec
+from objbench.envs.tokenizer import VOCAB_SIZE
+from objbench.experiments.config import ConfigError, TrainConfig, build_task, check_model, max_new_tokens, to_dict, to_yaml
+from objbench.experiments.errors import RunFolderError
+from objbench.experiments.metrics import reduce, rename
+from objbench.rollout.bundle import DTYPES, Codec, char_codec, fingerprint_folder, load_hf, resolve_device
+from objbench.rollout.engine import Generation, HFEngine, SamplingParams, make_engine, repeat_prompts
+from objbench.rollout.models import ValueModel, build_policy, frozen_copy, n_params
+from objbench.rollout.scoring import Scored, score, score_values
+from objbench.rollout.sft import Until, _encode_batch, cached_warm_start, pad_left, pad_right, sft_train
 
 # transformers' own per-file progress bars (save/load of a 0.5 MB checkpoint) would drown the sweep's bar
 from transformers.utils import logging as _hf_logging  # noqa: E402
@@ -458,17 +458,12 @@ def _warm_start_code(task) -> str:
     trains through, the tokenizer, the task's module and this file's warm-start functions."""
     import inspect
 
-    import envs.base
-    import envs.tokenizer
-    import rollout.engine
-    import rollout.fastlm
-    import rollout.models
-    import rollout.scoring
-    import rollout.sft
-    from rollout.sft import code_fingerprint
+    from objbench.envs import base, tokenizer
+    from objbench.rollout import engine, fastlm, models, scoring, sft
+    from objbench.rollout.sft import code_fingerprint
 
-    return code_fingerprint(rollout.sft, rollout.models, rollout.scoring, rollout.fastlm, rollout.engine, envs.base,
-                            envs.tokenizer, inspect.getmodule(type(task)), warm_start, corrupt_digit, demonstrations,
+    return code_fingerprint(sft, models, scoring, fastlm, engine, base,
+                            tokenizer, inspect.getmodule(type(task)), warm_start, corrupt_digit, demonstrations,
                             _competence_check, decode_responses)
 
 
@@ -810,7 +805,7 @@ def engine_logp_metrics(diffs: list) -> dict:
 
 def evaluate(s: Setup, step: int) -> dict:
     """Greedy accuracy per difficulty and pass@k (unbiased estimator) on the held-out set."""
-    from analysis.stats import pass_at_k
+    from objbench.analysis.stats import pass_at_k
 
     problems = s.task.eval_set()
     if s.cfg.train.eval_size:

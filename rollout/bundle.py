@@ -24,7 +24,7 @@ from pathlib import Path
 
 import torch
 
-from rollout.sft import _encode_batch, encode_prompts, encode_targets, pad_left
+from objbench.rollout.sft import _encode_batch, encode_prompts, encode_targets, pad_left
 
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 _WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin",
@@ -94,7 +94,7 @@ class Codec:
 
 def char_codec() -> Codec:
     """The built-in character tokenizer with its fixed ids (<pad> 0, <bos> 1, <eos> 2)."""
-    from envs.tokenizer import BOS_ID, EOS_ID, PAD_ID, build_char_tokenizer
+    from objbench.envs.tokenizer import BOS_ID, EOS_ID, PAD_ID, build_char_tokenizer
 
     return Codec(build_char_tokenizer(), eos_id=EOS_ID, pad_id=PAD_ID, bos_id=BOS_ID, chat=False)
 

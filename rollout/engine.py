@@ -23,8 +23,8 @@ from typing import Callable, Protocol
 
 import torch
 
-from rollout import fastlm
-from rollout.models import cache_kwarg, output_cache
+from objbench.rollout import fastlm
+from objbench.rollout.models import cache_kwarg, output_cache
 
 
 @dataclass
@@ -210,7 +210,7 @@ def _hf_engine(policy: torch.nn.Module, use_cache: bool = True) -> HFEngine:
 
 
 def _vllm_engine(policy: torch.nn.Module, **settings) -> RolloutEngine:
-    from rollout.vllm_engine import VLLMEngine  # imports vLLM only when chosen
+    from objbench.rollout.vllm_engine import VLLMEngine  # imports vLLM only when chosen
 
     return VLLMEngine(policy, **settings)
 

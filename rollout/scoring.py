@@ -11,9 +11,9 @@ from dataclasses import dataclass
 
 import torch
 
-from algos.entropy import entropy_from_log_probs
-from rollout import fastlm
-from rollout.engine import log_softmax
+from objbench.algos.entropy import entropy_from_log_probs
+from objbench.rollout import fastlm
+from objbench.rollout.engine import log_softmax
 
 
 @dataclass

@@ -143,7 +143,7 @@ def sft_train(policy, codec, batch_fn: Callable[[int, random.Random], tuple[list
     else:
         enc_p, enc_t = codec.encode_prompts, codec.encode_targets
     device = next(policy.parameters()).device
-    from rollout.scoring import score  # local import keeps module import light
+    from objbench.rollout.scoring import score  # local import keeps module import light
 
     opt = torch.optim.AdamW(policy.parameters(), lr=lr)
     if until is None:

@@ -3,7 +3,7 @@ memory with `tokenizers`, and a ChatML chat template. It exercises exactly the c
 (AutoTokenizer / AutoModelForCausalLM from a folder, the tokenizer's own special ids and chat template), so the
 tests and the README's smoke commands need no hub:
 
-    python -m rollout.toy_hf /tmp/toy-qwen            # writes config.json, model.safetensors, tokenizer files
+    python -m objbench.rollout.toy_hf /tmp/toy-qwen            # writes config.json, model.safetensors, tokenizer files
     objbench train model.path=/tmp/toy-qwen task.name=arithmetic sft.steps=200 train.steps=20
 
 head_dim is 32, a size vLLM's CPU attention supports.

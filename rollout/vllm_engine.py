@@ -41,8 +41,8 @@ import weakref
 
 import torch
 
-from rollout.engine import Generation, SamplingParams
-from rollout.models import head_dim
+from objbench.rollout.engine import Generation, SamplingParams
+from objbench.rollout.models import head_dim
 
 # vLLM 0.32's CPU attention backend (CPUAttentionBackend.get_supported_head_sizes); anything else fails at
 # start-up with "Unsupported CPU attention configuration: head_dim=16". tests/test_vllm_engine.py checks the list.
@@ -147,7 +147,7 @@ class VLLMEngine:
         kwargs = dict(model=self.weights_dir, dtype=dtype, seed=seed, enforce_eager=enforce_eager,
                       max_model_len=self.max_model_len, skip_tokenizer_init=True,
                       logprobs_mode="processed_logprobs", gpu_memory_utilization=gpu_memory_utilization,
-                      worker_extension_cls="rollout.vllm_worker.WeightSyncExtension", use_tqdm_on_load=False)
+                      worker_extension_cls="objbench.rollout.vllm_worker.WeightSyncExtension", use_tqdm_on_load=False)
         if kv_gb:
             kwargs["kv_cache_memory_bytes"] = int(kv_gb * 2**30)
         if sleep_mode:

@@ -1,6 +1,6 @@
 """Worker-side half of the vLLM engine's weight sync; imported inside vLLM's worker process only.
 
-``VLLMEngine`` starts vLLM with ``worker_extension_cls="rollout.vllm_worker.WeightSyncExtension"``: vLLM mixes
+``VLLMEngine`` starts vLLM with ``worker_extension_cls="objbench.rollout.vllm_worker.WeightSyncExtension"``: vLLM mixes
 this class into its worker class, so ``LLM.collective_rpc("objbench_reload_weights", ...)`` calls the method
 below by name. Only a folder path crosses the process boundary: no pickled function and no tensor payload
 (``collective_rpc`` with a Python function needs ``VLLM_ALLOW_INSECURE_SERIALIZATION=1``, and tensors given as

@@ -8,8 +8,8 @@ import statistics
 import pytest
 import torch
 
-import algos
-from algos.advantages import gae, group_relative, group_stats, rloo, value_loss, whiten, zero_variance_groups
+from objbench import algos
+from objbench.algos.advantages import gae, group_relative, group_stats, rloo, value_loss, whiten, zero_variance_groups
 
 F64 = torch.float64
 

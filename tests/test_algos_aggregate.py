@@ -3,8 +3,8 @@
 import pytest
 import torch
 
-import algos
-from algos.aggregate import AGGREGATION_MODES
+from objbench import algos
+from objbench.algos.aggregate import AGGREGATION_MODES
 
 MODES = ["token_mean", "seq_mean_token_mean", "seq_mean_token_sum", "seq_mean_token_sum_norm"]
 NAN, INF = float("nan"), float("inf")

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-import algos
-from algos.config import (
+from objbench import algos
+from objbench.algos.config import (
     AdvantageConfig,
     FilterConfig,
     GroupConfig,
@@ -24,8 +24,8 @@ from algos.config import (
     format_config_table,
     with_overrides,
 )
-from algos.registry import ADVANTAGE_ESTIMATORS, AGGREGATION_MODES, KL_ESTIMATORS, RATIO_LEVELS, Registry
-from algos.schedules import Schedule, TemperatureControl
+from objbench.algos.registry import ADVANTAGE_ESTIMATORS, AGGREGATION_MODES, KL_ESTIMATORS, RATIO_LEVELS, Registry
+from objbench.algos.schedules import Schedule, TemperatureControl
 
 CONFIG_CLASSES = [AdvantageConfig, RatioConfig, LossConfig, KLConfig, ValueConfig, FilterConfig, GroupConfig,
                   ObjectiveConfig]

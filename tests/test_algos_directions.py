@@ -7,11 +7,11 @@ import math
 import pytest
 import torch
 
-import algos
-from algos.advantages import group_relative, rloo
-from algos.config import ObjectiveConfig, config_from_dict, config_to_dict, with_overrides
-from algos.filters import group_reward_correction, top_fraction_keep
-from algos.schedules import (
+from objbench import algos
+from objbench.algos.advantages import group_relative, rloo
+from objbench.algos.config import ObjectiveConfig, config_from_dict, config_to_dict, with_overrides
+from objbench.algos.filters import group_reward_correction, top_fraction_keep
+from objbench.algos.schedules import (
     Schedule,
     TemperatureControl,
     check_temperature,

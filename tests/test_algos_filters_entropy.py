@@ -5,8 +5,8 @@ import math
 import pytest
 import torch
 
-from algos.entropy import entropy_from_log_probs, token_entropy
-from algos.filters import dynamic_sampling_keep, overlong_filter, overlong_penalty
+from objbench.algos.entropy import entropy_from_log_probs, token_entropy
+from objbench.algos.filters import dynamic_sampling_keep, overlong_filter, overlong_penalty
 
 F64 = torch.float64
 

@@ -8,11 +8,11 @@ import statistics
 import pytest
 import torch
 
-import algos
-from algos.advantages import group_relative, group_stats, rloo
-from algos.config import GroupConfig, ObjectiveConfig, with_overrides
-from algos.filters import dynamic_sampling_keep
-from algos.groups import fill_budget, layout, update_pass_rates, wanted_sizes
+from objbench import algos
+from objbench.algos.advantages import group_relative, group_stats, rloo
+from objbench.algos.config import GroupConfig, ObjectiveConfig, with_overrides
+from objbench.algos.filters import dynamic_sampling_keep
+from objbench.algos.groups import fill_budget, layout, update_pass_rates, wanted_sizes
 
 F64 = torch.float64
 
@@ -203,7 +203,7 @@ def test_group_config_validation():
 
 def test_top_fraction_rounding_is_robust():
     # 0.28 * 25 = 7.000000000000001 in floating point: the top 28% of 25 is 7, not 8
-    from algos.filters import top_fraction_keep
+    from objbench.algos.filters import top_fraction_keep
 
     assert 0.28 * 25 > 7 and top_fraction_keep(torch.arange(25, dtype=F64), 25, 0.28).sum().item() == 7
     assert math.ceil(0.3 * 8) == 3 and top_fraction_keep(torch.zeros(8, dtype=F64), 8, 0.3).sum().item() == 3

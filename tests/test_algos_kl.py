@@ -12,8 +12,8 @@ import math
 import pytest
 import torch
 
-import algos
-from algos.kl import estimate, exact_kl, exact_kl_both
+from objbench import algos
+from objbench.algos.kl import estimate, exact_kl, exact_kl_both
 
 F64 = torch.float64
 

@@ -5,12 +5,12 @@ anything else is an error naming the argument and the offending values."""
 import pytest
 import torch
 
-import algos
-from algos._checks import as_mask
-from algos.advantages import broadcast_to_tokens, gae, value_loss, whiten
-from algos.config import with_overrides
-from algos.filters import overlong_filter
-from algos.policy import sequence_log_ratio, sequence_token_log_ratio, token_log_ratio
+from objbench import algos
+from objbench.algos._checks import as_mask
+from objbench.algos.advantages import broadcast_to_tokens, gae, value_loss, whiten
+from objbench.algos.config import with_overrides
+from objbench.algos.filters import overlong_filter
+from objbench.algos.policy import sequence_log_ratio, sequence_token_log_ratio, token_log_ratio
 
 F64 = torch.float64
 BOOL = torch.tensor([[True, True, False], [True, False, False]])

@@ -8,8 +8,9 @@ from pathlib import Path
 import pytest
 import torch
 
-import algos
-from algos.config import with_overrides
+from objbench import algos
+from objbench.algos.config import with_overrides
+from import_graph import objbench_subpackages as _objbench_subpackages
 
 F64 = torch.float64
 ALGOS_DIR = Path(algos.__file__).parent
@@ -299,14 +300,16 @@ def test_algos_imports_nothing_else_of_objbench():
     forbidden = {"envs", "rollout", "experiments", "analysis"}
     for path in _algos_sources():
         for node in ast.walk(ast.parse(path.read_text())):
-            if isinstance(node, ast.Import):
-                mods = [a.name for a in node.names]
-            elif isinstance(node, ast.ImportFrom):
-                mods = [node.module or ""]
-            else:
-                continue
-            for mod in mods:
-                assert mod.split(".")[0] not in forbidden, f"{path.name} imports {mod}"
+            for mod in _objbench_subpackages(node):
+                assert mod not in forbidden, f"{path.name} imports objbench.{mod}"
+
+
+def test_subpackage_import_check_sees_every_form():
+    forms = {"import objbench.envs.base": ["envs"], "from objbench.rollout.sft import x": ["rollout"],
+             "from objbench import experiments, algos": ["experiments", "algos"], "from .kl import k": [],
+             "import torch": []}
+    for code, want in forms.items():
+        assert _objbench_subpackages(ast.parse(code).body[0]) == want, code
 
 
 def test_no_item_print_or_logging_in_components():

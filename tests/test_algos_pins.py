@@ -15,9 +15,9 @@ without the dual clip, with large ratios so that all three branches are active.
 import pytest
 import torch
 
-import algos
-from algos.config import with_overrides
-from experiments.train import cpu_signature
+from objbench import algos
+from objbench.algos.config import with_overrides
+from objbench.experiments.train import cpu_signature
 
 F64 = torch.float64
 PRESETS = ["ppo", "grpo", "dr_grpo", "dapo", "gspo"]

@@ -5,8 +5,8 @@ import math
 import pytest
 import torch
 
-import algos
-from algos.policy import sequence_log_ratio, sequence_token_log_ratio, token_log_ratio
+from objbench import algos
+from objbench.algos.policy import sequence_log_ratio, sequence_token_log_ratio, token_log_ratio
 
 F64 = torch.float64
 MODES = ["token_mean", "seq_mean_token_mean", "seq_mean_token_sum", "seq_mean_token_sum_norm"]

@@ -7,10 +7,10 @@ import math
 import pytest
 import torch
 
-import algos
-from algos.config import RatioConfig, with_overrides
-from algos.registry import SURROGATES
-from algos.surrogates import OPTION_DEFAULTS
+from objbench import algos
+from objbench.algos.config import RatioConfig, with_overrides
+from objbench.algos.registry import SURROGATES
+from objbench.algos.surrogates import OPTION_DEFAULTS
 
 F64 = torch.float64
 MODES = ["token_mean", "seq_mean_token_mean", "seq_mean_token_sum", "seq_mean_token_sum_norm"]

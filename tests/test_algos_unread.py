@@ -7,8 +7,8 @@ import dataclasses
 
 import pytest
 
-import algos
-from algos.config import (
+from objbench import algos
+from objbench.algos.config import (
     AdvantageConfig,
     FilterConfig,
     KLConfig,
@@ -186,7 +186,7 @@ def test_fields_read_names_the_reader():
 
 def test_experiment_configs_reject_unread_fields_too():
     pytest.importorskip("omegaconf")
-    from experiments.config import ConfigError, load_config
+    from objbench.experiments.config import ConfigError, load_config
 
     with pytest.raises(ConfigError, match=r"adv\.eps = 5\.0 is not read by adv\.estimator = 'rloo'"):
         load_config(None, ["objective.adv.estimator=rloo", "objective.adv.eps=5"])

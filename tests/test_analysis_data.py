@@ -9,10 +9,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from analysis.data import DATA_FILE, META_FILE, SAMPLES_FILE, read_data, read_samples_jsonl, write_data
-from analysis.load import load_runs
-from analysis.report import write_report
-from analysis.synthetic import write_study_sweep, write_synthetic_sweep
+from objbench.analysis.data import DATA_FILE, META_FILE, SAMPLES_FILE, read_data, read_samples_jsonl, write_data
+from objbench.analysis.load import load_runs
+from objbench.analysis.report import write_report
+from objbench.analysis.synthetic import write_study_sweep, write_synthetic_sweep
 
 
 def _sorted(df):

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import scipy.stats
 
-from analysis.inference import (
+from objbench.analysis.inference import (
     MIN_BOOTSTRAP_N,
     bca_interval,
     compare_declared,
@@ -19,7 +19,7 @@ from analysis.inference import (
     sign_test,
     t_interval,
 )
-from analysis.stats import _rng, bootstrap_ci, mean_ci, prob_improvement, stratified_bootstrap_ci  # _rng: scipy's rng kw
+from objbench.analysis.stats import _rng, bootstrap_ci, mean_ci, prob_improvement, stratified_bootstrap_ci  # _rng: scipy's rng kw
 
 
 # ------------------------------------------------------------------------------------------------ t interval

@@ -6,7 +6,7 @@ import warnings
 import numpy as np
 import pytest
 
-from analysis.load import LONG_COLUMNS, IncompleteRunWarning, load_runs, read_jsonl
+from objbench.analysis.load import LONG_COLUMNS, IncompleteRunWarning, load_runs, read_jsonl
 
 ARMS = ["grpo", "dr_grpo"]
 SEEDS = [0, 1, 2]

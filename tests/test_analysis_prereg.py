@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from analysis.prereg import (
+from objbench.analysis.prereg import (
     DEFAULT_ALPHA,
     DEFAULT_MIN_SEEDS,
     Endpoint,

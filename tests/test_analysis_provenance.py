@@ -6,8 +6,8 @@ import subprocess
 
 import pytest
 
-import analysis.provenance as prov
-from analysis.provenance import (
+import objbench.analysis.provenance as prov
+from objbench.analysis.provenance import (
     DirtyTreeError,
     check_clean,
     committed_results_path,
@@ -16,8 +16,8 @@ from analysis.provenance import (
     library_versions,
     wall_time,
 )
-from analysis.report import write_report
-from analysis.synthetic import write_synthetic_sweep
+from objbench.analysis.report import write_report
+from objbench.analysis.synthetic import write_synthetic_sweep
 
 
 def _git(root, *args):

@@ -9,10 +9,10 @@ import pandas as pd
 import pytest
 from matplotlib.colors import to_rgba
 
-from analysis.load import IncompleteRunWarning, load_runs
-from analysis.plots import TRAINING_PANELS, arm_colors, plot_final, plot_panels
-from analysis.report import final_metrics, panel_curves, report_command, resolve_primary, write_report
-from analysis.synthetic import write_synthetic_sweep
+from objbench.analysis.load import IncompleteRunWarning, load_runs
+from objbench.analysis.plots import TRAINING_PANELS, arm_colors, plot_final, plot_panels
+from objbench.analysis.report import final_metrics, panel_curves, report_command, resolve_primary, write_report
+from objbench.analysis.synthetic import write_synthetic_sweep
 
 ARMS = ("grpo", "dr_grpo")
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -107,7 +107,7 @@ def test_report_command_forms():
     assert report_command("runs/q") == "objbench report runs/q"
     assert report_command("runs/q", x="tokens") == "objbench report runs/q --x tokens"
     cmd = report_command("runs/q", out_dir="out", last_k=3, smooth=None)
-    assert cmd == "python -c \"from analysis.report import write_report; write_report('runs/q', out_dir='out', last_k=3)\""
+    assert cmd == "python -c \"from objbench.analysis.report import write_report; write_report('runs/q', out_dir='out', last_k=3)\""
     # objbench report has --out and --primary
     assert (report_command("runs/q", out_dir="my out", x="tokens", primary="eval/pass@1")
             == "objbench report runs/q --x tokens --out 'my out' --primary eval/pass@1")
@@ -361,7 +361,7 @@ def test_report_needs_one_source(sampled):
 def test_legend_rows_fit_the_figure_width():
     """Entries a row: width // (0.6 in + 0.085 in per character of "<arm> (n=10)"), at most 6. Six 18-character
     arm names on a 2-panel figure (~9.8 in) once overflowed both edges with 6 a row."""
-    from analysis.plots import legend_per_row
+    from objbench.analysis.plots import legend_per_row
 
     assert legend_per_row(["grpo", "ppo"], 20.0) == 6          # 11 chars: 1.535 in an entry, 13 fit, capped at 6
     long = ["verdict_seq_mean", "verdict_token_mean", "after_seq_mean", "after_token_mean", "before_seq_mean",
@@ -380,7 +380,7 @@ def test_bands_are_clipped_to_the_metrics_range():
     import numpy as np
     import pandas as pd
 
-    from analysis.plots import draw_curves
+    from objbench.analysis.plots import draw_curves
 
     curves = pd.DataFrame({"arm": ["a"] * 3, "step": [0, 1, 2], "mean": [0.9, 0.1, 0.5],
                            "low": [0.6, -0.2, 0.3], "high": [1.2, 0.4, 0.7], "n": [3, 3, 3]})
@@ -403,7 +403,7 @@ def test_metric_bounds_and_the_final_bar_are_clipped():
     matplotlib.use("Agg")
     import pandas as pd
 
-    from analysis.plots import metric_bounds, plot_final
+    from objbench.analysis.plots import metric_bounds, plot_final
 
     assert metric_bounds("eval/pass@1") == metric_bounds("reward/acc_d3") == metric_bounds("rollout/zero_var_frac") \
         == (0.0, 1.0)

@@ -7,7 +7,7 @@ import pandas as pd
 import pytest
 import scipy.stats
 
-from analysis.stats import (
+from objbench.analysis.stats import (
     CI,
     bootstrap_ci,
     iqm,

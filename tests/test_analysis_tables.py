@@ -6,7 +6,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from analysis.tables import (
+from objbench.analysis.tables import (
     Provenance,
     bucket_aggregate_table,
     format_aggregate_table,

@@ -16,11 +16,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from experiments.cli import main
-from experiments.config import ConfigError, TrainConfig, load_config, to_dict
-from experiments.errors import RunFolderError
-from experiments.fields import field_rows
-from experiments.train import train
+from objbench.experiments.cli import main
+from objbench.experiments.config import ConfigError, TrainConfig, load_config, to_dict
+from objbench.experiments.errors import RunFolderError
+from objbench.experiments.fields import field_rows
+from objbench.experiments.train import train
 
 ROOT = Path(__file__).resolve().parent.parent
 FAST = ["sft.steps=20", "sft.batch_size=16", "train.steps=4", "rollout.completions_per_step=16",
@@ -62,7 +62,7 @@ def test_config_command_prints_the_resolved_config(capsys):
 
 
 def test_sweep_help_lists_the_fields_and_print_config_gives_one_runs_config(tmp_path, capsys):
-    from experiments.sweep import load_sweep
+    from objbench.experiments.sweep import load_sweep
 
     with pytest.raises(SystemExit):
         main(["sweep", "--help"])
@@ -226,7 +226,7 @@ def test_a_cold_warm_start_says_so_and_shows_progress_in_a_log_file_too(tmp_path
 def test_wandb_mode_is_offline_only_when_nothing_is_configured(tmp_path, monkeypatch):
     """WANDB_MODE, an API key and a `wandb login` (~/.netrc for the wandb host) are left to wandb; with none of
     them the run goes offline instead of blocking on a login prompt. Needs no wandb installed."""
-    from experiments.train import _wandb_mode
+    from objbench.experiments.train import _wandb_mode
 
     for k in ("WANDB_MODE", "WANDB_API_KEY", "WANDB_BASE_URL", "NETRC"):
         monkeypatch.delenv(k, raising=False)
@@ -253,7 +253,7 @@ def test_wandb_resumed_run_continues_the_same_wandb_run(tmp_path, monkeypatch):
     for k in ("WANDB_MODE", "WANDB_API_KEY"):
         monkeypatch.delenv(k, raising=False)
     monkeypatch.setenv("HOME", str(tmp_path))  # no ~/.netrc login: offline
-    args = [sys.executable, "-m", "experiments.cli", "train", "--quiet", *FAST, "log.wandb=true",
+    args = [sys.executable, "-m", "objbench.experiments.cli", "train", "--quiet", *FAST, "log.wandb=true",
             f"out_dir={tmp_path}", "name=w"]
     env = {**os.environ, "OBJBENCH_CRASH_AT_STEP": "2", "WANDB_SILENT": "true"}
     first = subprocess.run(args, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)

@@ -34,7 +34,7 @@ def test_critic_alone_and_prompt_sharing_ratios(tmp_path):
 
 
 def test_ppo_minus_critic_differs_from_ppo_g8_only_in_the_critic():
-    from experiments.config import load_config
+    from objbench.experiments.config import load_config
 
     a = load_config(None, ARMS["ppo_g8"]).objective
     b = load_config(None, ARMS["ppo_minus_critic"]).objective

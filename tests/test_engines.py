@@ -7,11 +7,11 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from envs.tokenizer import EOS_ID, PAD_ID, VOCAB_SIZE
-from experiments.config import ConfigError, load_config
-from rollout.engine import ENGINES, HFEngine, SamplingParams, make_engine, register_engine
-from rollout.models import TINY_ARCHS, build_policy, head_dim, n_params
-from rollout.vllm_engine import CPU_HEAD_SIZES, group_runs, outputs_to_generation, tis_weights
+from objbench.envs.tokenizer import EOS_ID, PAD_ID, VOCAB_SIZE
+from objbench.experiments.config import ConfigError, load_config
+from objbench.rollout.engine import ENGINES, HFEngine, SamplingParams, make_engine, register_engine
+from objbench.rollout.models import TINY_ARCHS, build_policy, head_dim, n_params
+from objbench.rollout.vllm_engine import CPU_HEAD_SIZES, group_runs, outputs_to_generation, tis_weights
 
 
 def test_registry_builds_hf_and_rejects_unknown_and_duplicate_names():
@@ -62,7 +62,7 @@ def test_vllm_engine_without_vllm_fails_at_config_load():
 
 
 def test_vllm_engine_checks_the_head_dim_at_config_load(monkeypatch):
-    from rollout import vllm_engine
+    from objbench.rollout import vllm_engine
 
     monkeypatch.setattr(vllm_engine, "vllm_installed", lambda: True)
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
@@ -133,7 +133,7 @@ def recording(monkeypatch, tmp_path_factory):
 
 
 def test_every_rollout_samples_from_the_latest_weights(recording, tmp_path):
-    from experiments.train import train
+    from objbench.experiments.train import train
 
     # 8 groups a step, so that every step has a group with a reward spread (an update that moves the weights)
     train(load_config(None, _args(*FAST, "train.steps=4", "rollout.completions_per_step=64", f"out_dir={tmp_path}")),
@@ -145,7 +145,7 @@ def test_every_rollout_samples_from_the_latest_weights(recording, tmp_path):
 
 
 def test_a_resumed_run_syncs_the_engine_with_the_checkpoint(recording, tmp_path, monkeypatch):
-    import experiments.train as T
+    import objbench.experiments.train as T
 
     cfg = load_config(None, _args(*FAST, "train.steps=4", f"out_dir={tmp_path}"))
     real_update = T.update

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from envs import make_task, task_spec
-from envs.arithmetic import ArithmeticTask, format_answer, holdout_key, operand_range
+from objbench.envs import make_task, task_spec
+from objbench.envs.arithmetic import ArithmeticTask, format_answer, holdout_key, operand_range
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -58,7 +58,7 @@ def test_problem_at_is_deterministic(task):
 
 def test_problem_at_does_not_depend_on_hash_seed(task):
     code = (
-        "import json; from envs import make_task; t = make_task('arithmetic', ops=['+','-','*']); "
+        "import json; from objbench.envs import make_task; t = make_task('arithmetic', ops=['+','-','*']); "
         "print(json.dumps([t.problem_at(7, i).prompt for i in range(100)] + [p.prompt for p in t.eval_set()]))"
     )
     expected = make_task("arithmetic", ops=["+", "-", "*"])

@@ -3,8 +3,8 @@ from collections import Counter
 
 import pytest
 
-from envs import NumericProblem, make_task
-from envs.safe_eval import safe_eval
+from objbench.envs import NumericProblem, make_task
+from objbench.envs.safe_eval import safe_eval
 
 
 @pytest.fixture(scope="module")

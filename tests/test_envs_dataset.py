@@ -5,8 +5,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from envs import make_task, task_spec
-from envs.dataset import (
+from objbench.envs import make_task, task_spec
+from objbench.envs.dataset import (
     DatasetConfig,
     DatasetTask,
     synthetic_gsm8k_rows,

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from envs import mathcheck
-from envs.mathcheck import REASONS, STYLES, MathVerdict, check_answer, extract_answer, normalize_answer, numeric_value
+from objbench.envs import mathcheck
+from objbench.envs.mathcheck import REASONS, STYLES, MathVerdict, check_answer, extract_answer, normalize_answer, numeric_value
 
 # The stated bound of one symbolic check once the worker is up: timeout_s plus kill-and-reap (measured ~20 ms),
 # with margin for a shared 2-core machine.

@@ -3,9 +3,9 @@ import json
 import pytest
 import yaml
 
-import envs
-from envs import make_task, register_task, task_names, task_spec
-from envs.arithmetic import ArithmeticConfig, ArithmeticTask
+from objbench import envs
+from objbench.envs import make_task, register_task, task_names, task_spec
+from objbench.envs.arithmetic import ArithmeticConfig, ArithmeticTask
 
 
 def test_names():
@@ -118,16 +118,13 @@ def test_duplicate_registration_raises():
 
 
 def test_envs_imports_no_other_objbench_package():
+    from import_graph import objbench_subpackages as _objbench_subpackages
+
     import ast
     from pathlib import Path
 
     for path in Path(envs.__file__).parent.glob("*.py"):
         tree = ast.parse(path.read_text())
         for node in ast.walk(tree):
-            names = []
-            if isinstance(node, ast.Import):
-                names = [a.name for a in node.names]
-            elif isinstance(node, ast.ImportFrom) and node.level == 0:
-                names = [node.module or ""]
-            for n in names:
-                assert n.split(".")[0] not in {"algos", "rollout", "experiments", "analysis"}, (path, n)
+            for n in _objbench_subpackages(node):
+                assert n not in {"algos", "rollout", "experiments", "analysis"}, (path, n)

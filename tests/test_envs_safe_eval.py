@@ -3,7 +3,7 @@ from fractions import Fraction
 
 import pytest
 
-from envs.safe_eval import ERRORS, SafeEvalLimits, safe_eval
+from objbench.envs.safe_eval import ERRORS, SafeEvalLimits, safe_eval
 
 
 @pytest.mark.parametrize(

@@ -3,8 +3,8 @@ import random
 import pytest
 import torch
 
-from envs import make_task
-from envs.tokenizer import (
+from objbench.envs import make_task
+from objbench.envs.tokenizer import (
     BOS_ID,
     CHARSET,
     EOS_ID,

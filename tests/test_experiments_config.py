@@ -2,7 +2,7 @@
 
 import pytest
 
-from experiments.config import ConfigError, load_config
+from objbench.experiments.config import ConfigError, load_config
 
 
 def test_defaults_and_presets_resolve():

@@ -6,8 +6,8 @@ import math
 
 import pytest
 
-from experiments.cli import main
-from experiments.metrics import undocumented
+from objbench.experiments.cli import main
+from objbench.experiments.metrics import undocumented
 
 # format_reward 0.5: well-formed wrong answers earn 0.5, so groups are not all-equal even this early
 FAST = ["sft.steps=20", "train.steps=3", "rollout.completions_per_step=16", "train.eval_size=6",
@@ -45,8 +45,8 @@ def test_schedules_of_objective_fields_and_temperature(tmp_path):
 def test_eval_temperature_stays_fixed_while_training_temperature_moves(tmp_path):
     """train.eval_temperature: held-out sampling at 1.0 while training samples 1.2 -> 0.7, so a temperature arm is
     evaluated like its baseline; unset, held-out sampling uses rollout.temperature; <= 0 is refused at load."""
-    from experiments.config import ConfigError, load_config
-    from experiments.train import build_setup
+    from objbench.experiments.config import ConfigError, load_config
+    from objbench.experiments.train import build_setup
 
     over = [*FAST, f"out_dir={tmp_path}", "rollout.temperature=1.2", "rollout.temperature_schedule.kind=linear",
             "rollout.temperature_schedule.end=0.7"]

@@ -7,8 +7,8 @@ import sys
 
 import pytest
 
-from experiments.config import ConfigError
-from experiments.sweep import load_sweep
+from objbench.experiments.config import ConfigError
+from objbench.experiments.sweep import load_sweep
 
 FAST = {"sft.steps": 30, "sft.batch_size": 32, "train.steps": 4, "rollout.completions_per_step": 16,
         "task.eval_per_difficulty": 2, "train.eval_samples": 2, "train.eval_every": 2,
@@ -97,7 +97,7 @@ def test_killed_sweep_resumes_without_redoing_or_duplicating(tmp_path):
     sets = "\n".join(f"  {k}: {v}" for k, v in FAST.items())
     spec = _spec(tmp_path, f"name: k\nseeds: [0]\narms: [grpo, dr_grpo]\nset:\n{sets}\n")
     out = tmp_path / "out"
-    cmd = [sys.executable, "-m", "experiments.cli", "sweep", str(spec), "--out", str(out), "--workers", "1",
+    cmd = [sys.executable, "-m", "objbench.experiments.cli", "sweep", str(spec), "--out", str(out), "--workers", "1",
            "--no-report"]
     env = {**os.environ, "OBJBENCH_CACHE": str(tmp_path / "cache"), "OBJBENCH_CRASH_AT_STEP": "3"}
     p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)

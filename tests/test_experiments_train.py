@@ -8,8 +8,8 @@ import sys
 import pytest
 import torch
 
-from experiments.config import ConfigError, load_config
-from experiments.train import NONDETERMINISTIC_KEYS, train
+from objbench.experiments.config import ConfigError, load_config
+from objbench.experiments.train import NONDETERMINISTIC_KEYS, train
 
 FAST = ["sft.steps=30", "train.steps=4", "rollout.completions_per_step=16", "train.eval_size=6",
         "train.eval_samples=2", "train.eval_every=2", "train.checkpoint_every=2", "train.threads=1"]
@@ -59,11 +59,11 @@ def test_run_writes_every_file_with_provenance(tmp_path):
     # on-policy single minibatch: the importance ratio is 1 up to float error
     assert abs(rows[0]["policy/ratio_max"] - 1) < 1e-4
     # every logged key is documented in experiments/metrics.py
-    from experiments.metrics import undocumented
+    from objbench.experiments.metrics import undocumented
 
     assert undocumented({k for r in rows + evals for k in r}) == []
     # difficulty-bias measurement: with binary rewards a group's total |A| has a closed form in its pass count
-    from analysis.studies import closed_form_weight
+    from objbench.analysis.studies import closed_form_weight
 
     G, eps = 8, load_config(None, ["objective=grpo"]).objective.adv.eps
     seen = 0
@@ -77,7 +77,7 @@ def test_run_writes_every_file_with_provenance(tmp_path):
 
 
 def test_every_ppo_key_is_documented(tmp_path):
-    from experiments.metrics import undocumented
+    from objbench.experiments.metrics import undocumented
 
     run = train(_cfg(tmp_path, "objective=ppo", "name=p", "train.steps=1", "train.eval_every=1"), progress=False)
     keys = {k for r in _rows(run / "metrics.jsonl") + _rows(run / "eval.jsonl") for k in r}
@@ -99,7 +99,7 @@ def test_grad_norm_is_logged_before_and_after_clipping(tmp_path):
 
 
 def test_filler_lengths_are_logged_by_correctness(tmp_path):
-    from experiments.metrics import undocumented
+    from objbench.experiments.metrics import undocumented
 
     run = train(_cfg(tmp_path, "name=f", "task.filler_max=6", "task.filler_position=after", "task.filler_demo_max=2",
                      "task.format_reward=0.5", "rollout.completions_per_step=32"), progress=False)  # some correct
@@ -137,7 +137,7 @@ def test_prompt_stream_is_identical_across_objectives(tmp_path):
 
 def test_resume_after_hard_crash_has_no_duplicate_or_missing_steps(tmp_path):
     cfg_args = _args(*FAST, f"out_dir={tmp_path}", "name=r", "train.steps=6")
-    cmd = [sys.executable, "-m", "experiments.cli", "train", "--quiet", *cfg_args]
+    cmd = [sys.executable, "-m", "objbench.experiments.cli", "train", "--quiet", *cfg_args]
     env = {**os.environ, "OBJBENCH_CRASH_AT_STEP": "5"}  # dies after logging step 5; checkpoint is at 4
     p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
     assert p.returncode == 3, p.stderr[-2000:]
@@ -195,7 +195,7 @@ def test_wandb_logging_runs_offline(tmp_path, monkeypatch):
 
 
 def test_bench_reports_a_complete_time_split(tmp_path):
-    from experiments.bench import bench
+    from objbench.experiments.bench import bench
 
     res = bench(None, _args(*FAST, "objective=ppo"), steps=2, warmup=1, quiet=True)
     ph = res["phases"]
@@ -210,11 +210,11 @@ def test_special_token_inside_a_response_makes_it_invalid():
     # "1<pad>2<eos>" decodes to "12" with special tokens skipped; the loop must not reward it as "12"
     import torch
 
-    from envs.tokenizer import EOS_ID, PAD_ID, VOCAB_SIZE, build_char_tokenizer
-    from experiments.config import build_task
-    from experiments.train import INVALID_MARK, make_setup, rollout
-    from rollout.engine import Generation
-    from rollout.models import build_policy
+    from objbench.envs.tokenizer import EOS_ID, PAD_ID, VOCAB_SIZE, build_char_tokenizer
+    from objbench.experiments.config import build_task
+    from objbench.experiments.train import INVALID_MARK, make_setup, rollout
+    from objbench.rollout.engine import Generation
+    from objbench.rollout.models import build_policy
 
     cfg = load_config(None, ["objective=grpo"])
     task, tok = build_task(cfg), build_char_tokenizer()
@@ -239,8 +239,8 @@ def test_special_token_inside_a_response_makes_it_invalid():
 def test_fast_response_decoding_equals_batch_decode():
     import torch
 
-    from envs.tokenizer import build_char_tokenizer
-    from experiments.train import decode_responses
+    from objbench.envs.tokenizer import build_char_tokenizer
+    from objbench.experiments.train import decode_responses
 
     tok = build_char_tokenizer()
     ids = torch.randint(0, len(tok), (200, 9), generator=torch.Generator().manual_seed(0))  # specials included
@@ -248,7 +248,7 @@ def test_fast_response_decoding_equals_batch_decode():
 
 
 def test_countdown_trains_from_the_command_line(tmp_path):
-    from experiments.cli import main
+    from objbench.experiments.cli import main
 
     assert main(["train", "--quiet", "task.name=countdown", *FAST, f"out_dir={tmp_path}", "name=cd"]) == 0
     cfg = (tmp_path / "cd" / "config.yaml").read_text()
@@ -261,8 +261,8 @@ def test_countdown_trains_from_the_command_line(tmp_path):
 def test_warm_start_does_not_depend_on_the_callers_thread_count(tmp_path):
     import torch
 
-    from experiments.config import build_task
-    from experiments.train import warm_start
+    from objbench.experiments.config import build_task
+    from objbench.experiments.train import warm_start
 
     before = torch.get_num_threads()
     cfg = load_config(None, ["sft.steps=12", "sft.batch_size=16", "train.threads=2"])
@@ -281,7 +281,7 @@ def test_evaluation_uses_the_current_weights(tmp_path):
     fused-weight cache, no engine holding the start weights)."""
     import torch
 
-    from experiments.train import _make_optimizers, build_setup, evaluate, make_setup, train_step
+    from objbench.experiments.train import _make_optimizers, build_setup, evaluate, make_setup, train_step
 
     cfg = _cfg(tmp_path, "objective=grpo", "name=e")
     s = build_setup(cfg)
@@ -302,7 +302,7 @@ def test_f32_mean_of_ints_is_torch_mean_of_the_same_values():
     # rollout_metrics averages counts and lengths in Python; the logged numbers must stay torch's float32 means
     import torch
 
-    from experiments.train import f32_mean_of_ints
+    from objbench.experiments.train import f32_mean_of_ints
 
     for n in [1, 2, 3, 7, 8, 9, 15, 16, 17, 31, 64, 100, 255, 256, 257, 511, 1000, 1024, 4096]:
         for k in sorted({0, 1, n // 3, n // 2, n - 1, n}):
@@ -313,8 +313,8 @@ def test_f32_mean_of_ints_is_torch_mean_of_the_same_values():
 
 
 def test_stale_rollouts_sample_with_the_weights_of_staleness_updates_ago(tmp_path):
-    from experiments.train import _make_optimizers, build_setup, train_step
-    from rollout.scoring import score
+    from objbench.experiments.train import _make_optimizers, build_setup, train_step
+    from objbench.rollout.scoring import score
 
     cfg = load_config(None, _args(*FAST, f"out_dir={tmp_path}", "rollout.staleness=2", "objective=grpo"))
     s = build_setup(cfg)
@@ -348,7 +348,7 @@ def test_stale_rollouts_sample_with_the_weights_of_staleness_updates_ago(tmp_pat
 def test_stale_rollouts_resume_equal_to_an_uninterrupted_run(tmp_path):
     cfg_args = _args(*FAST, f"out_dir={tmp_path}", "name=r", "train.steps=6", "rollout.staleness=3",
                      "train.checkpoint_every=2")
-    cmd = [sys.executable, "-m", "experiments.cli", "train", "--quiet", *cfg_args]
+    cmd = [sys.executable, "-m", "objbench.experiments.cli", "train", "--quiet", *cfg_args]
     p = subprocess.run(cmd, env={**os.environ, "OBJBENCH_CRASH_AT_STEP": "5"}, capture_output=True, text=True,
                        timeout=300)
     assert p.returncode == 3, p.stderr[-2000:]

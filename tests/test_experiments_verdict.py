@@ -4,8 +4,8 @@
 import pytest
 import torch
 
-from experiments.config import load_config
-from experiments.train import _make_optimizers, build_setup, rollout, update
+from objbench.experiments.config import load_config
+from objbench.experiments.train import _make_optimizers, build_setup, rollout, update
 
 SETTINGS = ["sft.steps=200", "train.threads=1", "rollout.completions_per_step=32", "task.filler_max=6",
             "task.filler_position=after", "task.filler_demo_max=2", "task.verdict=true", "objective=grpo"]

@@ -3,10 +3,10 @@
 import pytest
 import torch
 
-from rollout import fastlm
-from rollout.engine import HFEngine, SamplingParams, repeat_prompts
-from rollout.models import build_policy
-from rollout.scoring import full_inputs, score
+from objbench.rollout import fastlm
+from objbench.rollout.engine import HFEngine, SamplingParams, repeat_prompts
+from objbench.rollout.models import build_policy
+from objbench.rollout.scoring import full_inputs, score
 
 
 def _hf(model):
@@ -102,9 +102,9 @@ def test_unsupported_models_say_why_and_use_transformers():
 
 
 def test_config_switch_selects_the_transformers_forward(tmp_path):
-    from envs.tokenizer import VOCAB_SIZE, build_char_tokenizer
-    from experiments.config import build_task, load_config
-    from experiments.train import make_setup
+    from objbench.envs.tokenizer import VOCAB_SIZE, build_char_tokenizer
+    from objbench.experiments.config import build_task, load_config
+    from objbench.experiments.train import make_setup
 
     cfg = load_config(None, ["model.forward=hf", "objective=grpo"])
     s = make_setup(cfg, build_task(cfg), build_char_tokenizer(), build_policy("tiny", VOCAB_SIZE, seed=0))
@@ -153,7 +153,7 @@ def test_tensors_are_made_on_the_models_device_and_dtype():
     params = SamplingParams(9, temperature=0.7, top_p=0.9)
 
     def run():
-        from rollout.engine import _sample
+        from objbench.rollout.engine import _sample
 
         with torch.no_grad():
             return (fastlm.forward(_auto(model), ids, attn, pos), fastlm.response_logits(model, pid, pm, rid, rm),
@@ -187,7 +187,7 @@ def test_other_dtypes(dtype, atol):
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 def test_cuda_model_matches_cpu():
-    from rollout.engine import _sample
+    from objbench.rollout.engine import _sample
 
     cpu = build_policy("tiny", 24, seed=0)
     gpu = build_policy("tiny", 24, seed=0).cuda()

@@ -14,8 +14,8 @@ import math
 import pytest
 import torch
 
-from experiments.config import load_config
-from experiments.train import NONDETERMINISTIC_KEYS, train
+from objbench.experiments.config import load_config
+from objbench.experiments.train import NONDETERMINISTIC_KEYS, train
 
 pytestmark = [pytest.mark.gpu,
               pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")]
@@ -31,7 +31,7 @@ def _cache(tmp_path_factory, monkeypatch):
 
 @pytest.fixture(scope="module")
 def toy_model(tmp_path_factory):
-    from rollout.toy_hf import write_toy_model
+    from objbench.rollout.toy_hf import write_toy_model
 
     return write_toy_model(tmp_path_factory.mktemp("models") / "toy-qwen2")
 
@@ -52,8 +52,8 @@ def _finite(rows):
 
 
 def test_scoring_on_cuda_equals_cpu():
-    from rollout.models import build_policy
-    from rollout.scoring import score
+    from objbench.rollout.models import build_policy
+    from objbench.rollout.scoring import score
 
     torch.manual_seed(0)
     model = build_policy("tiny", 20, seed=0).eval()
@@ -73,7 +73,7 @@ def test_scoring_on_cuda_equals_cpu():
 
 @pytest.mark.parametrize("objective", ["ppo", "grpo", "dr_grpo", "dapo", "gspo"])
 def test_every_preset_loss_on_cuda_equals_cpu(objective):
-    import algos
+    from objbench import algos
 
     cfg = algos.get_preset(objective, group_size=1 if objective == "ppo" else 4)
     B, T = 8, 7
@@ -126,7 +126,7 @@ def test_model_folder_trains_and_resumes_on_cuda(tmp_path, toy_model, dtype):
     base = [f"model.path={toy_model}", "task.name=arithmetic", "model.device=cuda", f"model.dtype={dtype}",
             "sft.steps=40", "rollout.completions_per_step=32", "train.eval_size=16", "train.eval_samples=2",
             "train.eval_every=2", "train.checkpoint_every=2", "train.steps=5", f"out_dir={tmp_path}"]
-    cmd = [sys.executable, "-m", "experiments.cli", "train", "--quiet", *base, "name=r"]
+    cmd = [sys.executable, "-m", "objbench.experiments.cli", "train", "--quiet", *base, "name=r"]
     p = subprocess.run(cmd, env={**os.environ, "OBJBENCH_CRASH_AT_STEP": "3"}, capture_output=True, text=True,
                        timeout=600)
     assert p.returncode == 3, p.stderr[-2000:]

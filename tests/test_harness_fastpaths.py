@@ -9,11 +9,11 @@ import random
 import pytest
 import torch
 
-import algos
-from algos import _checks
-from algos.aggregate import AGGREGATION_MODES
-from envs.tokenizer import build_char_tokenizer
-from rollout.sft import _char_table, _encode_batch
+from objbench import algos
+from objbench.algos import _checks
+from objbench.algos.aggregate import AGGREGATION_MODES
+from objbench.envs.tokenizer import build_char_tokenizer
+from objbench.rollout.sft import _char_table, _encode_batch
 
 MODES = ("token_mean", "seq_mean_token_mean", "seq_mean_token_sum", "seq_mean_token_sum_norm")
 
@@ -118,8 +118,8 @@ def test_a_bpe_tokenizer_never_takes_the_table_path():
 
 
 def test_a_deterministic_reward_verifies_each_distinct_completion_once():
-    from experiments.config import build_task, load_config
-    from experiments.train import _verify
+    from objbench.experiments.config import build_task, load_config
+    from objbench.experiments.train import _verify
 
     task = build_task(load_config(None, []))
     calls = []
@@ -144,7 +144,7 @@ def test_a_deterministic_reward_verifies_each_distinct_completion_once():
 
 
 def test_peak_rss_reads_getrusage_only_where_it_equals_vmhwm(monkeypatch):
-    import experiments.train as T
+    import objbench.experiments.train as T
 
     if T._vmhwm_kb() is None:
         pytest.skip("no /proc/self/status (not Linux)")
@@ -186,7 +186,7 @@ def test_timed_adds_each_block_to_its_key_and_passes_exceptions():
     from collections import defaultdict
     from types import SimpleNamespace
 
-    from experiments.train import timed
+    from objbench.experiments.train import timed
 
     s = SimpleNamespace(timers=defaultdict(float))
     with timed(s, "a"):
@@ -198,8 +198,8 @@ def test_timed_adds_each_block_to_its_key_and_passes_exceptions():
 
 
 def test_zero_var_frac_equals_the_tensor_computation():
-    from algos.advantages import zero_variance_groups
-    from experiments.train import zero_var_frac
+    from objbench.algos.advantages import zero_variance_groups
+    from objbench.experiments.train import zero_var_frac
 
     nan = float("nan")
     cases = [([1.0, 1.0, 0.0, 0.0, 0.5, 0.5], 2), ([0.0, -0.0, 1.0, 1.0 + 2 ** -23], 2),
@@ -216,8 +216,8 @@ def test_zero_var_frac_equals_the_tensor_computation():
 
 
 def test_prompt_stream_gives_the_task_prompts_for_any_request_order():
-    from experiments.config import build_task, load_config
-    from experiments.train import PromptStream
+    from objbench.experiments.config import build_task, load_config
+    from objbench.experiments.train import PromptStream
 
     task = build_task(load_config(None, []))
     calls = []
@@ -242,7 +242,7 @@ def test_prompt_stream_of_a_finite_task_raises_only_past_its_end():
     """A task whose stream ends (the TRL benchmark's fixed list of problems) must run to its last problem: the
     stream's draw ahead stops at the end instead of failing the step, and asking past the end still raises."""
     from benchmarks.workload import UniformAddition
-    from experiments.train import PromptStream
+    from objbench.experiments.train import PromptStream
 
     task = UniformAddition(n=40)
     for start, n in [(0, 32), (32, 8), (39, 1), (0, 40)]:
@@ -267,9 +267,9 @@ def test_prompt_stream_encoding_is_the_codecs_encoding_of_the_same_prompts():
     from tokenizers import Tokenizer, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
-    from experiments.config import build_task, load_config
-    from experiments.train import PromptStream
-    from rollout.bundle import Codec, char_codec
+    from objbench.experiments.config import build_task, load_config
+    from objbench.experiments.train import PromptStream
+    from objbench.rollout.bundle import Codec, char_codec
 
     core = Tokenizer(models.BPE(unk_token="<unk>"))
     core.pre_tokenizer = pre_tokenizers.Whitespace()
@@ -290,7 +290,7 @@ def test_prompt_stream_encoding_is_the_codecs_encoding_of_the_same_prompts():
 def test_cpu_column_is_torch_tensor_of_the_same_values():
     import numpy as np
 
-    from experiments.train import _cpu_column
+    from objbench.experiments.train import _cpu_column
 
     cases = [([0.0, 1.0, 0.1, -0.0, float("nan"), float("inf"), 1e300, 1e-50, 3, True, np.float64(0.5)], torch.float32),
              ([True, False, 1, 0, 2, np.bool_(True)], torch.bool), ([1, 2, 3, -5, 2 ** 40], torch.long),
@@ -303,7 +303,7 @@ def test_cpu_column_is_torch_tensor_of_the_same_values():
 
 
 def test_policy_loss_option_checks_are_remembered_only_for_combinations_that_passed(monkeypatch):
-    from algos import policy as P
+    from objbench.algos import policy as P
 
     mask = torch.ones(2, 3, dtype=torch.bool)
     lp, old, adv = torch.zeros(2, 3), torch.zeros(2, 3), torch.ones(2)

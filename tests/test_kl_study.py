@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 import torch
 
-from experiments import kl_study as S
+from objbench.experiments import kl_study as S
 
 F64 = torch.float64
 

@@ -11,11 +11,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from envs import Problem
-from experiments.cli import main
-from experiments.config import ConfigError, load_config
-from rollout.bundle import hf_codec, load_hf
-from rollout.toy_hf import CHATML, write_toy_model
+from objbench.envs import Problem
+from objbench.experiments.cli import main
+from objbench.experiments.config import ConfigError, load_config
+from objbench.rollout.bundle import hf_codec, load_hf
+from objbench.rollout.toy_hf import CHATML, write_toy_model
 
 FAST = ["train.eval_every=2", "train.eval_samples=2", "train.log_samples=4", "rollout.completions_per_step=16",
         "train.checkpoint_every=2"]
@@ -102,8 +102,8 @@ def test_pretrained_without_sft_starts_from_the_folder_weights(toy_model, tmp_pa
     monkeypatch.setenv("OBJBENCH_CACHE", str(tmp_path / "cache"))
     cfg = load_config(None, [f"model.path={toy_model}", "task.name=arithmetic", f"out_dir={tmp_path}"])
     assert cfg.sft.steps == 0  # unset sft.steps resolves to 0 for a pretrained model
-    from experiments.config import build_task
-    from experiments.train import load_start
+    from objbench.experiments.config import build_task
+    from objbench.experiments.train import load_start
 
     policy, codec, info, ckpt = load_start(cfg, build_task(cfg))
     ref, _ = load_hf(str(toy_model))
@@ -175,7 +175,7 @@ def test_verdict_task_is_refused_on_a_model_folder(toy_model, tmp_path):
 
 @pytest.fixture(scope="session")
 def gsm8k_file(tmp_path_factory) -> Path:
-    from envs.dataset import write_synthetic_gsm8k
+    from objbench.envs.dataset import write_synthetic_gsm8k
 
     path = tmp_path_factory.mktemp("data") / "gsm8k_train.jsonl"
     write_synthetic_gsm8k(str(path), 120, seed=0)
@@ -220,9 +220,9 @@ def test_sft_on_the_data_set_solutions_then_rl(toy_model, gsm8k_file, tmp_path, 
 
 
 def test_verl_parquet_with_chat_messages(toy_model, tmp_path, monkeypatch):
-    from envs.dataset import write_synthetic_verl
-    from experiments.config import build_task
-    from rollout.bundle import load_hf
+    from objbench.envs.dataset import write_synthetic_verl
+    from objbench.experiments.config import build_task
+    from objbench.rollout.bundle import load_hf
 
     monkeypatch.setenv("OBJBENCH_CACHE", str(tmp_path / "cache"))
     data = tmp_path / "train.parquet"

@@ -14,7 +14,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from experiments import reproduce as R
+from objbench.experiments import reproduce as R
 
 ROOT = Path(__file__).resolve().parents[1]
 QUICKSTART = ROOT / "results" / "quickstart"
@@ -49,8 +49,8 @@ def test_fields_added_since_the_data_was_committed():
 def test_committed_config_matches_the_spec_at_this_commit(monkeypatch):
     """The committed quickstart's configs are what the spec resolves to now: a default changed since the
     results were made shows here, naming the keys, instead of as an unexplained difference."""
-    from analysis.data import read_data
-    from experiments.sweep import load_sweep
+    from objbench.analysis.data import read_data
+    from objbench.experiments.sweep import load_sweep
 
     monkeypatch.chdir(ROOT)
     meta = read_data(QUICKSTART / "runs.csv.gz").meta
@@ -101,7 +101,7 @@ def test_committed_study_tables_regenerate_from_its_data(study, tmp_path, monkey
     """Every committed study's tables come back from its committed per-run data with one command (`objbench report
     --from-data results/<study>/runs.csv.gz`), value for value: every CSV table the report wrote equal to the
     committed one (figures are not compared: PNG bytes depend on the matplotlib build)."""
-    from experiments.cli import main
+    from objbench.experiments.cli import main
 
     monkeypatch.chdir(ROOT)
     committed = ROOT / "results" / study

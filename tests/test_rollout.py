@@ -2,11 +2,11 @@
 
 import torch
 
-from envs.tokenizer import BOS_ID, EOS_ID, PAD_ID, VOCAB_SIZE, build_char_tokenizer
-from rollout.engine import HFEngine, SamplingParams, repeat_prompts
-from rollout.models import ValueModel, build_policy, n_params
-from rollout.scoring import score, score_values
-from rollout.sft import cached_warm_start, encode_prompts
+from objbench.envs.tokenizer import BOS_ID, EOS_ID, PAD_ID, VOCAB_SIZE, build_char_tokenizer
+from objbench.rollout.engine import HFEngine, SamplingParams, repeat_prompts
+from objbench.rollout.models import ValueModel, build_policy, n_params
+from objbench.rollout.scoring import score, score_values
+from objbench.rollout.sft import cached_warm_start, encode_prompts
 
 
 def _prompts(texts=("12+34=", "7+8=", "123+456=")):
@@ -96,7 +96,7 @@ def test_sampling_is_seeded():
 
 
 def test_top_p_keeps_only_the_nucleus():
-    from rollout.engine import _sample
+    from objbench.rollout.engine import _sample
 
     logits = torch.log(torch.tensor([[0.6, 0.3, 0.1]]))
     g = torch.Generator().manual_seed(0)
@@ -109,7 +109,7 @@ def test_top_p_keeps_only_the_nucleus():
 def test_sampler_draws_from_the_categorical_and_never_a_zero_probability_token():
     # inverse-CDF sampling: 40,000 draws of p = [0.5, 0, 0.2, 0.3] (one row repeated); the frequencies must be
     # within 5 standard errors (sqrt(p (1 - p) / n) <= 0.0025) of p, and the zero-probability token never drawn
-    from rollout.engine import _sample
+    from objbench.rollout.engine import _sample
 
     p = torch.tensor([0.5, 0.0, 0.2, 0.3])
     logits = torch.log(p).expand(40_000, 4)
@@ -158,7 +158,7 @@ def test_warm_start_cache_reuses_the_same_weights(tmp_path):
 
 
 def _sft_weights(grad_clip: float, steps: int = 6):
-    from rollout.sft import sft_train
+    from objbench.rollout.sft import sft_train
 
     tok = build_char_tokenizer()
     model = build_policy("tiny", VOCAB_SIZE, seed=0)
@@ -182,7 +182,7 @@ def test_sft_grad_clip_off_and_non_binding_clip_are_bit_identical_and_a_binding_
 
 
 def _until_run(reached_at_check, max_steps, check_every=3, then_steps=2):
-    from rollout.sft import Until, sft_train
+    from objbench.rollout.sft import Until, sft_train
 
     tok = build_char_tokenizer()
     model = build_policy("tiny", VOCAB_SIZE, seed=0)

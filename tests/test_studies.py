@@ -10,9 +10,9 @@ import pandas as pd
 import pytest
 import yaml
 
-from analysis.report import write_report
-from analysis.studies import closed_form_weight
-from analysis.synthetic import STUDY_ARMS, write_study_sweep
+from objbench.analysis.report import write_report
+from objbench.analysis.studies import closed_form_weight
+from objbench.analysis.synthetic import STUDY_ARMS, write_study_sweep
 
 REPO = Path(__file__).resolve().parent.parent
 SPEC_OF = {"length_bias": "length_bias", "difficulty_bias": "difficulty_bias", "kl_estimators": "kl_estimators",
@@ -38,7 +38,7 @@ def _runs(values):
     """A Runs object from {(arm, seed): [value at step 1, 2, ...]} for metric 'm'."""
     import pandas as pd
 
-    from analysis.load import Runs
+    from objbench.analysis.load import Runs
 
     rows, cfg = [], []
     for (arm, seed), vals in values.items():
@@ -52,7 +52,7 @@ def _runs(values):
 
 
 def test_windows_and_paired_differences_by_hand():
-    from analysis import studies
+    from objbench.analysis import studies
 
     # 100 steps: value 1.0 on steps 1-20, 0.5 on 21-50, then 3.0 (arm a) / 2.0 (arm b) + seed/10 on 51-100
     def vals(end, seed):
@@ -99,7 +99,7 @@ def test_report_with_the_updated_spec(study, tmp_path):
     out = write_report(root, dpi=30).parent
     md = (out / "report.md").read_text()
     cmp = pd.read_csv(out / "comparisons.csv")
-    from analysis.prereg import parse_plan
+    from objbench.analysis.prereg import parse_plan
 
     plan = parse_plan(section, list(STUDY_ARMS[study]))
     assert len(cmp) == plan.family_size and (cmp["n"] == 3).all()
@@ -120,8 +120,8 @@ def test_bucket_shares_by_hand(tmp_path):
     import matplotlib
 
     matplotlib.use("Agg")
-    from analysis import studies
-    from analysis.load import Runs
+    from objbench.analysis import studies
+    from objbench.analysis.load import Runs
 
     rows, cfg = [], []
     comps = [{"name": "arithmetic", "ops": ["+"], "difficulty_weights": [[1, 1.0]]},

@@ -75,7 +75,7 @@ def test_ray_sweep_on_a_cluster_finishes_the_good_run_and_lists_the_failed_one(t
     cache = tmp_path / "cache"
     env = {**os.environ, "RAY_ADDRESS": address, "OBJBENCH_CACHE": str(cache), "OBJBENCH_CRASH_AT_STEP": "3",
            "PYTHONPATH": str(REPO)}
-    cmd = [sys.executable, "-m", "experiments.cli", "sweep", "f.yaml", "--out", "out", "--executor", "ray"]
+    cmd = [sys.executable, "-m", "objbench.experiments.cli", "sweep", "f.yaml", "--out", "out", "--executor", "ray"]
     p = subprocess.run(cmd, cwd=driver, env=env, capture_output=True, text=True, timeout=600)
     assert p.returncode == 1, p.stdout[-3000:] + p.stderr[-3000:]
     last = p.stderr.strip().splitlines()[-1]

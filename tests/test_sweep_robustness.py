@@ -17,11 +17,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from experiments.cli import main
-from experiments.config import ConfigError, ModelConfig, TrainConfig
-from experiments.sweep import RunSpec, Sweep, _gpu_slots, load_sweep, resolve_gpus, run_sweep
-from experiments.train import NONDETERMINISTIC_KEYS
-from experiments.workers import Job, run_jobs
+from objbench.experiments.cli import main
+from objbench.experiments.config import ConfigError, ModelConfig, TrainConfig
+from objbench.experiments.sweep import RunSpec, Sweep, _gpu_slots, load_sweep, resolve_gpus, run_sweep
+from objbench.experiments.train import NONDETERMINISTIC_KEYS
+from objbench.experiments.workers import Job, run_jobs
 from sweep_probe import probe
 
 TINY = {"sft.steps": 20, "sft.batch_size": 32, "rollout.completions_per_step": 16, "train.eval_size": 6,
@@ -148,7 +148,7 @@ def _running(pid: int) -> bool:
 def test_kill9_of_the_sweep_ends_its_workers_and_a_rerun_resumes_bit_exactly(tmp_path, reference, cache):
     spec, ref_dir = reference
     out = tmp_path / "out"
-    cmd = [sys.executable, "-m", "experiments.cli", "sweep", str(spec), "--out", str(out), "--workers", "2",
+    cmd = [sys.executable, "-m", "objbench.experiments.cli", "sweep", str(spec), "--out", str(out), "--workers", "2",
            "--no-report"]
     env = {**os.environ, "OBJBENCH_CACHE": cache}
     p = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
@@ -231,8 +231,8 @@ def test_an_edited_spec_is_refused_before_any_compute_and_rerun_changed_sets_old
 
 
 def test_moved_folders_keep_finished_runs_and_relative_out_dirs_resume_in_place(tmp_path, reference, monkeypatch):
-    from experiments.sweep import check_existing, run_state
-    from experiments.train import run_status
+    from objbench.experiments.sweep import check_existing, run_state
+    from objbench.experiments.train import run_status
 
     spec, ref_dir = reference
     sweep_dir = tmp_path / "out" / "k"

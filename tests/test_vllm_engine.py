@@ -20,11 +20,11 @@ import torch
 pytestmark = pytest.mark.vllm
 vllm = pytest.importorskip("vllm")
 
-from envs.tokenizer import BOS_ID, EOS_ID, PAD_ID, VOCAB_SIZE, build_char_tokenizer  # noqa: E402
-from rollout.engine import HFEngine, SamplingParams, repeat_prompts  # noqa: E402
-from rollout.models import build_policy  # noqa: E402
-from rollout.scoring import score  # noqa: E402
-from rollout.sft import encode_prompts  # noqa: E402
+from objbench.envs.tokenizer import BOS_ID, EOS_ID, PAD_ID, VOCAB_SIZE, build_char_tokenizer  # noqa: E402
+from objbench.rollout.engine import HFEngine, SamplingParams, repeat_prompts  # noqa: E402
+from objbench.rollout.models import build_policy  # noqa: E402
+from objbench.rollout.scoring import score  # noqa: E402
+from objbench.rollout.sft import encode_prompts  # noqa: E402
 
 # fp32 on both sides: vLLM's CPU kernels (oneDNN / packed GEMMs, its own attention) and the trainer's agree to
 # ~5e-7 on these models (max over every sampled token); 1e-4 leaves room for other CPUs' GEMM blocking.
@@ -39,7 +39,7 @@ def policy():
 
 @pytest.fixture(scope="module")
 def engine(policy, tmp_path_factory):
-    from rollout.vllm_engine import VLLMEngine
+    from objbench.rollout.vllm_engine import VLLMEngine
 
     folder = tmp_path_factory.mktemp("tiny_h32")  # the engine save_pretrained()s the policy here and starts on it
     # KV blocks of 32 tokens (CPU default 128, more than max_model_len 64): long prompts fill whole blocks, which
@@ -68,7 +68,7 @@ def _mismatch(model, ids, mask, gen):
 def test_cpu_head_sizes_are_vllms():
     from vllm.v1.attention.backends.cpu_attn import CPUAttentionBackend
 
-    from rollout.vllm_engine import CPU_HEAD_SIZES
+    from objbench.rollout.vllm_engine import CPU_HEAD_SIZES
 
     assert tuple(CPUAttentionBackend.get_supported_head_sizes()) == CPU_HEAD_SIZES
 
@@ -190,11 +190,11 @@ def _acc(run: Path):
 
 def test_train_end_to_end_like_the_hf_engine(tmp_path):
     env = {**os.environ, "OBJBENCH_CACHE": str(tmp_path / "cache")}
-    out = subprocess.run([sys.executable, "-m", "experiments.cli", "train", *E2E, "rollout.engine=vllm",
+    out = subprocess.run([sys.executable, "-m", "objbench.experiments.cli", "train", *E2E, "rollout.engine=vllm",
                           "rollout.vllm.kv_cache_gb=0.0625", f"out_dir={tmp_path}", "name=vllm"],
                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=1500)
     assert out.returncode == 0, out.stderr[-3000:]
-    out_hf = subprocess.run([sys.executable, "-m", "experiments.cli", "train", *E2E, f"out_dir={tmp_path}",
+    out_hf = subprocess.run([sys.executable, "-m", "objbench.experiments.cli", "train", *E2E, f"out_dir={tmp_path}",
                              "name=hf"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=1500)
     assert out_hf.returncode == 0, out_hf.stderr[-3000:]
     rows, acc = _acc(tmp_path / "vllm")
