@@ -25,6 +25,7 @@ Public API
     algos.objective_at(cfg, progress)                  # the static objective in effect at progress in [0, 1]
     algos.ObjectiveConfig (+ AdvantageConfig, RatioConfig, LossConfig, KLConfig, ValueConfig, FilterConfig,
                            GroupConfig, Schedule)
+    algos.row_counts(mask, dtype)                      # ((B,) row lengths clamped to >= 1, non-empty rows), memoised
     algos.check_against_rollout(cfg, max_new_tokens)   # checks that need the sampler's max response length
     algos.fields_read(cfg)                             # the fields the chosen components read, and who reads them
     algos.presets, algos.get_preset, algos.with_overrides, algos.config_to_dict, algos.format_config_table
@@ -40,6 +41,7 @@ from objbench.algos import schedules, groups  # noqa: F401
 from objbench.algos import advantages, entropy, filters, kl, policy, surrogates  # noqa: F401
 from objbench.algos.aggregate import aggregate, aggregate_many  # the function shadows the submodule name on purpose
 from objbench.algos.policy import policy_loss
+from objbench.algos._checks import row_counts  # (B,) response lengths >= 1 and the non-empty row count, memoised per mask
 from objbench.algos.config import (
     AdvantageConfig,
     FilterConfig,
@@ -75,6 +77,7 @@ __all__ = [
     "groups",
     "registry",
     "policy_loss",
+    "row_counts",
     "AdvantageConfig",
     "RatioConfig",
     "LossConfig",

@@ -104,8 +104,7 @@ def compute_advantages(
          group estimators: R_i - beta sum_t m_t k_t before normalisation (verl use_kl_in_reward);
          gae: per-token reward -beta k_t at each valid token plus R_i on the last valid token
               (OpenRLHF / classic RLHF).
-       Both views come from one construction: token_rewards = R_i at the last valid token - beta k_t, and
-       seq_rewards = sum_t token_rewards.
+       Both views come from one construction (``_shaped_rewards``).
     2. The estimator from ``ADVANTAGE_ESTIMATORS``; per-sequence advantages are broadcast to valid tokens.
     3. The all-equal test with KL in the reward (``cfg.kl.reward_zero_var_check``; group baselines only, the
        estimators with ``all_equal_zero``):
@@ -146,17 +145,44 @@ def compute_advantages(
         values = values.detach()
 
     R = rewards.detach()
-    metrics: Dict[str, torch.Tensor] = {
-        "reward_mean": R.mean(),
-        "pass_rate": (R >= 0.5).to(R.dtype).mean(),
-    }
+    metrics: Dict[str, torch.Tensor] = {"reward_mean": R.mean(), "pass_rate": (R >= 0.5).to(R.dtype).mean()}
+    # 1. KL in the reward (per token)
+    token_rewards, seq_rewards, metrics["kl_in_reward_mean"] = _shaped_rewards(
+        cfg, R, mask, old_logp, ref_logp, with_token_rewards=est.reads_token_rewards)
+    # 3. the all-equal test, on the outcome or the shaped rewards
+    outcome_test, zero_var, metrics["zero_var_frac"] = _zero_variance_test(cfg, R, seq_rewards, groups, G, sizes)
 
-    # 1. KL in the reward (per token), then
-    # token_rewards: R_i on the last valid token, -beta k_t on every valid token; seq reward = their sum
-    def outcome_on_last_token():
-        is_last = mask & (mask.flip(-1).cumsum(-1).flip(-1) == 1)  # (B, T): exactly one True per non-empty row
-        return torch.where(is_last, R[:, None], torch.zeros(mask.shape, dtype=R.dtype, device=R.device))
+    # 2. the advantage estimator (one signature for every member)
+    advantages, returns = est.compute(seq_rewards=seq_rewards, token_rewards=token_rewards, mask=mask, values=values,
+                                      group_size=groups, cfg=cfg.adv)
+    if outcome_test:  # all-equal outcome groups: advantage 0 at every token, the KL noise discarded
+        repeats = G if sizes is None else torch.tensor(sizes, device=zero_var.device)
+        advantages = advantages.masked_fill(zero_var.repeat_interleave(repeats)[:, None], 0.0)
+    metrics.update(_advantage_metrics(advantages, mask))
+    return advantages, returns, metrics
 
+
+def _outcome_on_last_token(R: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """(B, T): R_i at row i's last valid token, 0 elsewhere (an empty row is all 0)."""
+    is_last = mask & (mask.flip(-1).cumsum(-1).flip(-1) == 1)  # (B, T): exactly one True per non-empty row
+    return torch.where(is_last, R[:, None], torch.zeros(mask.shape, dtype=R.dtype, device=R.device))
+
+
+def _shaped_rewards(
+    cfg: ObjectiveConfig,
+    R: torch.Tensor,
+    mask: torch.Tensor,
+    old_logp: Optional[torch.Tensor],
+    ref_logp: Optional[torch.Tensor],
+    *,
+    with_token_rewards: bool,
+) -> Tuple[Optional[torch.Tensor], torch.Tensor, torch.Tensor]:
+    """Step 1 of ``compute_advantages``: (token_rewards, seq_rewards, kl_in_reward_mean).
+
+    token_rewards (B, T) = R_i at the last valid token - beta k_t at every valid token (only when
+    ``with_token_rewards``, i.e. for an estimator that reads them, else None); seq_rewards (B,) = sum_t
+    token_rewards = R_i - beta sum_t k_t. Without KL in the reward, k_t = 0.
+    """
     if cfg.kl.placement == "reward" and cfg.kl.beta > 0:
         if old_logp is None or ref_logp is None:
             raise ValueError("old_logp and ref_logp (B, T) are required for kl.placement='reward'")
@@ -166,44 +192,45 @@ def compute_advantages(
         old = old_logp.detach().masked_fill(inv, 0.0)
         ref = ref_logp.detach().masked_fill(inv, 0.0)
         kl_tok = estimate(old, ref, cfg.kl.estimator, clamp=cfg.kl.clamp).to(R.dtype).masked_fill(inv, 0.0)
-        metrics["kl_in_reward_mean"] = masked_mean(kl_tok, mask)
+        kl_mean = masked_mean(kl_tok, mask)
         token_penalty = -cfg.kl.beta * kl_tok
-        token_rewards = outcome_on_last_token() + token_penalty if est.reads_token_rewards else None
+        token_rewards = _outcome_on_last_token(R, mask) + token_penalty if with_token_rewards else None
         seq_rewards = R + token_penalty.sum(-1)  # R_i - beta sum_t k_t  (B,)
     else:
         # k_t = 0: the same numbers as above without the zero tensors (x + (-0.0) = x, and the sum of the
         # zero penalties is +0.0, so R + 0.0); token_rewards only for an estimator that reads them (GAE)
-        metrics["kl_in_reward_mean"] = R.new_zeros(())
-        token_rewards = outcome_on_last_token() if est.reads_token_rewards else None
+        kl_mean = R.new_zeros(())
+        token_rewards = _outcome_on_last_token(R, mask) if with_token_rewards else None
         seq_rewards = R + 0.0
+    return token_rewards, seq_rewards, kl_mean
 
-    # 3. which rewards the all-equal test sees (config validation allows "outcome" only with placement reward
-    # and an estimator that has the test)
+
+def _zero_variance_test(
+    cfg: ObjectiveConfig, R: torch.Tensor, seq_rewards: torch.Tensor, groups, G: int, sizes: Optional[Sequence[int]]
+) -> Tuple[bool, Optional[torch.Tensor], torch.Tensor]:
+    """Step 3 of ``compute_advantages``: (outcome_test, zero_var (n_groups,) bool or None, zero_var_frac).
+
+    outcome_test: the test runs on the outcome rewards ``R`` (kl.reward_zero_var_check 'outcome' with KL in the
+    reward) and its all-equal groups get advantage 0; else it runs on ``seq_rewards``. A layout of singleton
+    groups (equal groups of G = 1) has no test: zero_var None, zero_var_frac 0.
+    """
+    # config validation allows "outcome" only with placement reward and an estimator that has the test
     outcome_test = cfg.kl.reward_zero_var_check == "outcome" and cfg.kl.placement == "reward"
     if sizes is not None or G >= 2:
         zero_var = zero_variance_groups(R if outcome_test else seq_rewards, groups)  # (n_groups,)
-        metrics["zero_var_frac"] = zero_var.to(R.dtype).mean()
-    else:
-        metrics["zero_var_frac"] = R.new_zeros(())
+        return outcome_test, zero_var, zero_var.to(R.dtype).mean()
+    return outcome_test, None, R.new_zeros(())
 
-    # 2. the advantage estimator (one signature for every member)
-    advantages, returns = est.compute(
-        seq_rewards=seq_rewards,
-        token_rewards=token_rewards,
-        mask=mask,
-        values=values,
-        group_size=groups,
-        cfg=cfg.adv,
-    )
-    if outcome_test:  # all-equal outcome groups: advantage 0 at every token, the KL noise discarded
-        repeats = G if sizes is None else torch.tensor(sizes, device=zero_var.device)
-        advantages = advantages.masked_fill(zero_var.repeat_interleave(repeats)[:, None], 0.0)
+
+def _advantage_metrics(advantages: torch.Tensor, mask: torch.Tensor) -> Dict[str, torch.Tensor]:
+    """adv_mean, adv_std, adv_abs_mean over valid tokens."""
     # masked_mean of A and |A| in one stacked pass (aggregate_many's token_mean is masked_mean to the last bit)
     a_mean, a_abs_mean = aggregate_many(torch.stack([advantages, advantages.abs()]), mask, "token_mean").unbind()
-    metrics["adv_mean"] = a_mean
-    metrics["adv_std"] = masked_mean((advantages - a_mean) ** 2, mask).sqrt()
-    metrics["adv_abs_mean"] = a_abs_mean
-    return advantages, returns, metrics
+    return {
+        "adv_mean": a_mean,
+        "adv_std": masked_mean((advantages - a_mean) ** 2, mask).sqrt(),
+        "adv_abs_mean": a_abs_mean,
+    }
 
 
 def compute_loss(

@@ -13,7 +13,9 @@ curve bands), ``inference`` (paired differences: t / BCa intervals, exact sign a
 verdicts), ``prereg`` (the comparisons a sweep spec declares, and windows), ``data`` (the committed per-study data
 file), ``provenance`` (commit, tree state, versions, wall time; no report into results/ from a dirty tree),
 ``plots`` (figures from precomputed numbers), ``tables`` (final tables with provenance), ``report`` (all of it into
-report.md), ``studies`` (study sections), ``synthetic`` (fake sweeps for tests and demos).
+report.md: the entry points; ``report_metrics`` picks the metrics, ``report_stats`` computes the numbers,
+``report_figures`` draws, ``report_sections`` renders the Markdown), ``studies`` (study sections), ``synthetic``
+(fake sweeps for tests and demos).
 """
 
 from objbench.analysis.load import Runs, load_runs

@@ -71,20 +71,20 @@ def data_paths(path: str | Path) -> tuple[Path, Path, Path]:
     return data, folder / META_FILE, folder / SAMPLES_FILE
 
 
-def _flatten(d: Any, prefix: str = "") -> dict[str, Any]:
+def flatten(d: Any, prefix: str = "") -> dict[str, Any]:
     """Nested mappings -> dotted keys (lists stay values), like ``pandas.json_normalize(sep=".")``."""
     out: dict[str, Any] = {}
     if isinstance(d, dict):
         for k, v in d.items():
             key = f"{prefix}{k}"
             if isinstance(v, dict) and v:
-                out.update(_flatten(v, key + "."))
+                out.update(flatten(v, key + "."))
             else:
                 out[key] = v
     return out
 
 
-def _jsonable(v: Any) -> Any:
+def jsonable(v: Any) -> Any:
     if isinstance(v, np.bool_):
         return bool(v)
     if isinstance(v, (np.integer,)):
@@ -92,9 +92,9 @@ def _jsonable(v: Any) -> Any:
     if isinstance(v, (float, np.floating)):
         return None if np.isnan(v) else float(v)  # JSON has no NaN
     if isinstance(v, (list, tuple)):
-        return [_jsonable(x) for x in v]
+        return [jsonable(x) for x in v]
     if isinstance(v, dict):
-        return {str(k): _jsonable(x) for k, x in v.items()}
+        return {str(k): jsonable(x) for k, x in v.items()}
     if v is None or isinstance(v, (bool, int, str)):
         return v
     return str(v)
@@ -132,8 +132,8 @@ def _run_record(row: dict) -> tuple[dict, dict]:
            "resumed_from_step": meta.get("resumed_from_step"), "data_seed": meta.get("data_seed"),
            "spec_hash": meta.get("spec_hash"), "warm_start_sha256": sft.get("weights_sha256"),
            "threads": meta.get("threads")}
-    flat = {k: v for k, v in _flatten(cfg).items() if k not in ("seed",)}  # seed is a run field already
-    return _jsonable(rec), _jsonable(flat)
+    flat = {k: v for k, v in flatten(cfg).items() if k not in ("seed",)}  # seed is a run field already
+    return jsonable(rec), jsonable(flat)
 
 
 def _is_float32(v: np.ndarray) -> bool:
@@ -200,8 +200,36 @@ def write_data(runs: Runs, out_dir: str | Path, *, samples: pd.DataFrame | None 
     """
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    run_order = list(runs.configs["run"])
-    order = {r: i for i, r in enumerate(run_order)}
+    wide, m_keys, e_cols, dropped = _wide_table(runs, drop_keys, drop_prefixes)
+    text, f32 = _float32_text(wide, ["tokens", "eval_tokens"] + m_keys + list(e_cols.values()))
+    paths = {"data": out / DATA_FILE, "meta": out / META_FILE}
+    buf = io.StringIO()
+    text.to_csv(buf, index=False, lineterminator="\n")
+    _write_gz(paths["data"], buf.getvalue())
+
+    recs, common = _run_records(runs.configs)
+    sweep = {k: v for k, v in runs.sweep.items()}
+    meta = {"format": FORMAT, "data_file": DATA_FILE, "samples_file": SAMPLES_FILE if samples is not None else None,
+            "sweep": jsonable(sweep), "metric_columns": m_keys, "eval_columns": {v: k for k, v in e_cols.items()},
+            "float32_columns": f32, "dropped_keys": dropped,
+            "skipped": [{"run": s.run, "path": s.path, "reason": s.reason} for s in runs.skipped],
+            "report_options": jsonable(report_options or {}), "source": jsonable(source or {}),
+            "config_common": common, "runs": recs}
+    paths["meta"].write_text(json.dumps(meta, indent=1, allow_nan=False, default=str) + "\n")
+    if samples is not None:
+        paths["samples"] = out / SAMPLES_FILE
+        sbuf = io.StringIO()
+        samples[["run", "step", "length", "correct", "count"]].to_csv(sbuf, index=False, lineterminator="\n")
+        _write_gz(paths["samples"], sbuf.getvalue())
+    else:
+        (out / SAMPLES_FILE).unlink(missing_ok=True)  # no stale samples of an earlier report
+    return paths
+
+
+def _wide_table(runs: Runs, drop_keys, drop_prefixes) -> tuple[pd.DataFrame, list[str], dict[str, str], list[str]]:
+    """The rows of runs.csv.gz, one per (run, step) in run order: ``(wide, metric keys, eval key -> column,
+    dropped keys)``. An eval key that is also a metrics key (or a base column) gets the column ``eval.jsonl:<key>``."""
+    order = {r: i for i, r in enumerate(runs.configs["run"])}
 
     def keep(df):
         if df.empty:
@@ -223,10 +251,15 @@ def write_data(runs: Runs, out_dir: str | Path, *, samples: pd.DataFrame | None 
     wide["seed"] = wide["run"].map(info["seed"]).astype(np.int64)
     wide = (wide.assign(_o=wide["run"].map(order)).sort_values(["_o", "step"], kind="stable").drop(columns="_o"))
     value_cols = m_keys + list(e_cols.values())
-    wide = wide[_BASE + value_cols].reset_index(drop=True)
+    return wide[_BASE + value_cols].reset_index(drop=True), m_keys, e_cols, dropped
+
+
+def _float32_text(wide: pd.DataFrame, columns: list[str]) -> tuple[pd.DataFrame, list[str]]:
+    """``wide`` with each float32-exact column of ``columns`` as strings of float32's shortest repr ("" = missing),
+    and the names of those columns; a column is converted only when the strings read back to the same values."""
     text = wide.copy()
     f32 = []
-    for c in ["tokens", "eval_tokens"] + value_cols:  # float32-exact columns: shortest float32 repr
+    for c in columns:
         v = wide[c].to_numpy(dtype=float)
         if not _is_float32(v):
             continue
@@ -234,13 +267,14 @@ def write_data(runs: Runs, out_dir: str | Path, *, samples: pd.DataFrame | None 
         if np.array_equal(_parse_f32(s), v, equal_nan=True):  # checked, not assumed: the file is lossless
             text[c] = s
             f32.append(c)
-    buf = io.StringIO()
-    text.to_csv(buf, index=False, lineterminator="\n")
-    paths = {"data": out / DATA_FILE, "meta": out / META_FILE}
-    _write_gz(paths["data"], buf.getvalue())
+    return text, f32
 
+
+def _run_records(configs: pd.DataFrame) -> tuple[list[dict], dict]:
+    """runs_meta.json's per-run records and ``config_common``: the config keys with the same value in every run;
+    each record's ``config`` holds the keys that differ from it."""
     recs, flats = [], []
-    for row in runs.configs.to_dict("records"):
+    for row in configs.to_dict("records"):
         rec, flat = _run_record(row)
         recs.append(rec)
         flats.append(flat)
@@ -251,22 +285,7 @@ def write_data(runs: Runs, out_dir: str | Path, *, samples: pd.DataFrame | None 
                 common[k] = v
     for rec, flat in zip(recs, flats):
         rec["config"] = {k: v for k, v in flat.items() if k not in common or common[k] != v}
-    sweep = {k: v for k, v in runs.sweep.items()}
-    meta = {"format": FORMAT, "data_file": DATA_FILE, "samples_file": SAMPLES_FILE if samples is not None else None,
-            "sweep": _jsonable(sweep), "metric_columns": m_keys, "eval_columns": {v: k for k, v in e_cols.items()},
-            "float32_columns": f32, "dropped_keys": dropped,
-            "skipped": [{"run": s.run, "path": s.path, "reason": s.reason} for s in runs.skipped],
-            "report_options": _jsonable(report_options or {}), "source": _jsonable(source or {}),
-            "config_common": common, "runs": recs}
-    paths["meta"].write_text(json.dumps(meta, indent=1, allow_nan=False, default=str) + "\n")
-    if samples is not None:
-        paths["samples"] = out / SAMPLES_FILE
-        sbuf = io.StringIO()
-        samples[["run", "step", "length", "correct", "count"]].to_csv(sbuf, index=False, lineterminator="\n")
-        _write_gz(paths["samples"], sbuf.getvalue())
-    else:
-        (out / SAMPLES_FILE).unlink(missing_ok=True)  # no stale samples of an earlier report
-    return paths
+    return recs, common
 
 
 def _write_gz(path: Path, text: str) -> None:
@@ -335,7 +354,7 @@ def read_data(path: str | Path) -> Runs:
     for rec in meta["runs"]:
         row = {"run": rec["run"], "arm": rec["arm"], "seed": int(rec["seed"]), "complete": bool(rec["complete"]),
                "path": ""}
-        row.update({f"meta.{k}": v for k, v in _flatten({k: rec[k] for k in rec if k not in (
+        row.update({f"meta.{k}": v for k, v in flatten({k: rec[k] for k in rec if k not in (
             "run", "arm", "seed", "complete", "config")}).items()})
         cfg = {**common, **rec.get("config", {})}
         row.update({k: v for k, v in cfg.items() if k not in row})

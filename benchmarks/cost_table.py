@@ -34,7 +34,7 @@ from pathlib import Path
 
 import torch
 
-from objbench.experiments.train import _git_commit, _versions
+from objbench.experiments.provenance import git_commit, versions
 
 ARMS = {
     "ppo": ["objective=ppo"],
@@ -175,8 +175,8 @@ def main(argv=None) -> int:
                 print(f"{arch:5s} G={G:2d} {r['median_s_per_step'] * 1000:7.1f} ms/step", flush=True)
     elapsed = time.perf_counter() - t0
     meta = {"command": "python -m benchmarks.cost_table " + " ".join(argv if argv is not None else sys.argv[1:]),
-            "commit": _git_commit(), "steps": args.steps, "repeats": args.repeats, "device": args.device,
-            "elapsed_s": elapsed, "versions": {**_versions(), "threads": torch.get_num_threads()}}
+            "commit": git_commit(), "steps": args.steps, "repeats": args.repeats, "device": args.device,
+            "elapsed_s": elapsed, "versions": {**versions(), "threads": torch.get_num_threads()}}
     if args.device == "cuda":
         meta["gpu"] = torch.cuda.get_device_name(0)
         meta["model_params"] = {m: _n_params(mo) for m, mo in models.items()}

@@ -41,7 +41,9 @@ from pathlib import Path
 import torch
 
 from benchmarks import workload as W
-from objbench.experiments.train import peak_rss_mb  # VmHWM: each child's own peak, not its parent's
+from objbench.experiments.loop_state import LoopState
+from objbench.experiments.provenance import peak_rss_mb  # VmHWM: each child's own peak, not its parent's
+
 
 def objbench_overrides(beta: float, kl_estimator: str = "k3_ratio") -> list[str]:
     """The workload's GRPO as objbench config overrides (everything else is objbench's grpo preset)."""
@@ -65,15 +67,16 @@ KINDS = ("trl", "trl_default", "objbench")
 
 def run_objbench(model_dir: str, beta: float, steps: int) -> dict:
     from objbench.experiments.config import load_config
-    from objbench.experiments.train import _make_optimizers, make_setup, train_step
+    from objbench.experiments.setup import make_optimizers, make_setup
+    from objbench.experiments.train import train_step
     from objbench.rollout.sft import load_policy
 
     cfg = load_config(None, objbench_overrides(beta))
     task = W.UniformAddition(n=steps * W.PROMPTS_PER_STEP)
     s = make_setup(cfg, task, W.build_tokenizer(), load_policy(Path(model_dir), "sdpa"))
     s.policy.train()
-    opt, critic_opt = _make_optimizers(s)
-    state = {"step": 0, "prompt_index": 0, "tokens": 0, "elapsed": 0.0}
+    opt, critic_opt = make_optimizers(s)
+    state = LoopState()
     times, rewards, tokens = [], [], []
     t_prev = time.perf_counter()
     for _ in range(steps):
@@ -325,19 +328,21 @@ def main(argv=None) -> int:
         out.mkdir(parents=True, exist_ok=True)
         (out / "trl_parity.md").write_text(text)
         (out / "trl_parity.json").write_text(json.dumps({"rows": rows, "numerics": checks, "argv": sys.argv,
-                                                         "versions": _versions()}, indent=1))
+                                                         "versions": versions()}, indent=1))
     return 0
 
 
-def _versions() -> dict:
+def versions() -> dict:
     import trl
-    from objbench.experiments.train import _git_commit, _versions as base
 
-    return {**base(), "trl": trl.__version__, "threads": torch.get_num_threads(), "commit": _git_commit()}
+    from objbench.experiments.provenance import git_commit
+    from objbench.experiments.provenance import versions as base
+
+    return {**base(), "trl": trl.__version__, "threads": torch.get_num_threads(), "commit": git_commit()}
 
 
 def render(rows, checks, args) -> str:
-    v = _versions()
+    v = versions()
     lines = [f"TRL parity benchmark: {args.repeats} alternating repeats x {args.steps} steps "
              f"(median of each run after {args.skip} warm-up steps; median over repeats); "
              f"torch {v['torch']}, transformers {v['transformers']}, trl {v['trl']}, {v['threads']} threads", "",

@@ -215,10 +215,10 @@ def main(argv=None):
     args = ap.parse_args(argv)
     import vllm
 
-    from objbench.experiments.train import _git_commit, _versions
+    from objbench.experiments.provenance import git_commit, versions
 
-    res = {"command": "python -m benchmarks.vllm_vs_hf " + " ".join(sys.argv[1:]), "commit": _git_commit(),
-           "versions": {**_versions(), "vllm": vllm.__version__}, "cpus": os.cpu_count(),
+    res = {"command": "python -m benchmarks.vllm_vs_hf " + " ".join(sys.argv[1:]), "commit": git_commit(),
+           "versions": {**versions(), "vllm": vllm.__version__}, "cpus": os.cpu_count(),
            "load_avg_start": os.getloadavg(), "workloads": []}
     for w in WORKLOADS:
         r = bench_workload(*w, repeats=args.repeats)

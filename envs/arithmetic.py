@@ -41,7 +41,7 @@ from __future__ import annotations
 import random
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from .base import (
     DEFAULT_MAX_COMPLETION_CHARS,
@@ -91,9 +91,9 @@ class ArithmeticConfig:
     """Write the answer's digits least significant first (see module docstring)."""
     filler_max: int = 0
     """Completions may hold 0..filler_max filler "." characters that the verifier ignores; 0 = none."""
-    filler_position: str = "before"
+    filler_position: str = field(default="before", metadata={"absent_means": "before"})  # added later: see
     """Where the filler goes: before | after the answer (read only with filler_max > 0)."""
-    filler_demo_max: int | None = None
+    filler_demo_max: int | None = field(default=None, metadata={"absent_means": None})  # added later
     """SFT targets draw their filler count from 0..filler_demo_max, <= filler_max; unset = filler_max (read only
     with filler_max > 0). A small value starts RL with short filler and leaves room to grow."""
     format_reward: float = 0.0
@@ -105,7 +105,7 @@ class ArithmeticConfig:
     max_completion_chars: int = DEFAULT_MAX_COMPLETION_CHARS
     """Completions longer than this are malformed without being examined further."""
 
-    verdict: bool = False
+    verdict: bool = field(default=False, metadata={"absent_means": False})  # added later
     """The environment writes "+" / "-" (right / wrong) after the policy's "=" that ends its answer, before the
     filler (see module docstring); needs filler_position=after."""
 

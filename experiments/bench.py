@@ -8,12 +8,14 @@ measured in one invocation, not absolute numbers across invocations.
 from __future__ import annotations
 
 import statistics
-import time
 
 import torch
 
 from objbench.experiments.config import load_config
-from objbench.experiments.train import _make_optimizers, build_setup, peak_rss_mb, train_step
+from objbench.experiments.loop_state import LoopState
+from objbench.experiments.provenance import peak_rss_mb
+from objbench.experiments.setup import build_setup, make_optimizers
+from objbench.experiments.train import train_step
 
 PHASES = ("sample", "reward", "reference", "critic", "advantages", "forward", "loss", "backward", "optimizer",
           "metrics")
@@ -34,8 +36,8 @@ def bench(config=None, overrides=(), steps: int = 20, warmup: int = 3, quiet: bo
     cfg = load_config(config, list(overrides))
     s = build_setup(cfg)
     s.policy.train()
-    opt, critic_opt = _make_optimizers(s)
-    state = {"step": 0, "prompt_index": 0, "tokens": 0, "elapsed": 0.0}
+    opt, critic_opt = make_optimizers(s)
+    state = LoopState()
     gen_tokens = trained_tokens = 0
     total = 0.0
     step_times = []

@@ -12,9 +12,11 @@ overrides always apply after the preset, whatever their order on the command lin
 from __future__ import annotations
 
 import difflib
+import functools
 import hashlib
 import json
 import math
+import typing
 from dataclasses import asdict, dataclass, field, fields, is_dataclass, replace
 from pathlib import Path
 from typing import Any, Dict, Optional
@@ -30,6 +32,16 @@ from objbench.algos.schedules import Schedule, TemperatureControl, check_tempera
 
 
 from objbench.experiments.errors import ConfigError  # noqa: E402  (defined without heavy imports, for the CLI)
+
+
+ABSENT_MEANS = "absent_means"  # field metadata key; envs' task configs spell it out (they import nothing of ours)
+
+
+def added_later(absent_means) -> dict:
+    """Metadata of a setting added after run folders were written: the value that a config.yaml without it
+    behaved as (the old code's neutral value; a dataclass for a whole section). Resuming or skipping such a run
+    reads the absent setting as this value, so an upgrade does not strand runs in progress (``absent_values``)."""
+    return {ABSENT_MEANS: absent_means}
 
 
 def _choice(name: str, value, choices):
@@ -51,14 +63,14 @@ class ModelConfig:
     """built-in architecture trained from scratch with the character tokenizer: tiny (~0.13M params, head_dim 16)
     | tiny_h32 (tiny with 2 heads of 32: vLLM's CPU attention needs head_dim 32+) | small (~1M); ignored when `path`
     is set"""
-    path: str = ""
+    path: str = field(default="", metadata=added_later(""))
     """a Hugging Face causal LM: local directory (or hub id where the hub is reachable) holding the model and its
     own tokenizer; empty = the built-in `arch`"""
     device: str = "auto"
     """auto (CUDA when present, else CPU) | cpu | cuda | cuda:N: where the policy, reference and critic train"""
-    dtype: str = "fp32"
+    dtype: str = field(default="fp32", metadata=added_later("fp32"))
     """fp32 | bf16: weights and compute of the trained models"""
-    gradient_checkpointing: bool = False
+    gradient_checkpointing: bool = field(default=False, metadata=added_later(False))
     """recompute activations in the backward pass (less memory, ~30% more compute; transformers forward only)"""
     attn: str = "sdpa"
     """attention implementation passed to transformers (sdpa | eager), used wherever the transformers forward runs"""
@@ -186,17 +198,18 @@ class RolloutConfig:
     engine: str = "hf"
     """a registered engine (rollout.engine.ENGINES): hf (transformers sampling loop with KV cache) | vllm
     (vLLM; a GPU, or vLLM's CPU build with model.arch=tiny_h32)"""
-    vllm: VLLMConfig = field(default_factory=VLLMConfig)
+    vllm: VLLMConfig = field(default_factory=VLLMConfig, metadata=added_later(VLLMConfig()))  # read by engine=vllm only
     """settings of the vllm engine"""
-    chat_template: str = "auto"
+    chat_template: str = field(default="auto", metadata=added_later("auto"))  # no template: the char tokenizer
     """auto: prompts that a task gives as chat messages go through the tokenizer's chat template when it has one;
     none: always the plain prompt text"""
-    temperature_schedule: Schedule = field(default_factory=Schedule)
+    temperature_schedule: Schedule = field(default_factory=Schedule, metadata=added_later(Schedule()))
     """training-sampling temperature over the run (algos.schedules: kind constant | linear | cosine | step, from
     rollout.temperature); held-out sampling keeps rollout.temperature or train.eval_temperature; logged as sched/rollout.temperature"""
-    temperature_control: TemperatureControl = field(default_factory=TemperatureControl)
+    temperature_control: TemperatureControl = field(default_factory=TemperatureControl,
+                                                    metadata=added_later(TemperatureControl()))
     """entropy-driven temperature: after each step T <- clamp(T + gain (target - H), low, high), H = policy/entropy"""
-    staleness: int = 0
+    staleness: int = field(default=0, metadata=added_later(0))
     """stale rollouts: training step t samples its batch with the policy's weights as they were `staleness` training
     steps earlier, i.e. after step t - 1 - staleness (the start policy while fewer steps have passed; each step is
     objective.n_minibatches x n_epochs optimizer updates), as an asynchronous trainer whose sampler lags would; the
@@ -279,7 +292,7 @@ class LoopConfig:
     """samples per held-out prompt for pass@k (k = 1 and eval_samples)"""
     eval_size: int = 0
     """0 = the task's whole held-out set; else its first eval_size problems"""
-    eval_temperature: Optional[float] = None
+    eval_temperature: Optional[float] = field(default=None, metadata=added_later(None))
     """held-out sampling temperature; unset = rollout.temperature (set it when the training temperature is swept
     or scheduled, so every arm is evaluated alike)"""
     checkpoint_every: int = 50
@@ -314,7 +327,8 @@ class LogConfig:
 @dataclass(frozen=True)
 class TrainConfig:
     name: str = ""
-    """run name (folder under out_dir); empty = <objective.name>__s<seed>"""
+    """run name (folder under out_dir); empty = <objective.name>__s<seed> when nothing else differs from the
+    defaults, else <objective.name>__<hash of the other non-default settings>__s<seed>"""
     seed: int = 0
     """seeds the start weights, the warm start, sampling and minibatch order"""
     data_seed: Optional[int] = None
@@ -361,7 +375,12 @@ class TrainConfig:
 
     @property
     def run_name(self) -> str:
-        return self.name or f"{self.objective.name}__s{self.seed}"
+        """``name``, or the default name (``default_run_name``), computed once."""
+        if self.name:
+            return self.name
+        if "_default_name" not in self.__dict__:
+            object.__setattr__(self, "_default_name", default_run_name(self))
+        return self.__dict__["_default_name"]
 
     @property
     def prompts_per_step(self) -> int:
@@ -656,3 +675,75 @@ def to_yaml(cfg) -> str:
 
 def config_hash(d: dict) -> str:
     return hashlib.sha256(json.dumps(d, sort_keys=True, default=str).encode()).hexdigest()[:12]
+
+
+def absent_values(task_name: str | None = None) -> dict:
+    """{dotted key: value} of every setting declared ``added_later`` (a section's fields one by one), including
+    the named task's own settings (``task.<setting>``): what a config.yaml written before them behaved as."""
+    from objbench.envs import TASKS
+
+    out: dict = {}
+    _collect_absent(TrainConfig, "", out)
+    if task_name in TASKS:
+        for f in fields(TASKS[task_name][0]):
+            if ABSENT_MEANS in f.metadata:
+                out[f"task.{f.name}"] = f.metadata[ABSENT_MEANS]
+    return out
+
+
+def _collect_absent(cls, prefix: str, out: dict) -> None:
+    hints = typing.get_type_hints(cls)
+    for f in fields(cls):
+        key = prefix + f.name
+        if ABSENT_MEANS in f.metadata:
+            value = f.metadata[ABSENT_MEANS]
+            out.update(flat_dict({key: asdict(value)}) if is_dataclass(value) else {key: value})
+        elif is_dataclass(hints.get(f.name)):
+            _collect_absent(hints[f.name], key + ".", out)
+
+
+def flat_dict(d: dict, prefix: str = "") -> dict:
+    """Nested mappings -> dotted keys (lists and empty mappings stay values)."""
+    out: dict = {}
+    for k, v in d.items():
+        if isinstance(v, dict) and v:
+            out.update(flat_dict(v, f"{prefix}{k}."))
+        else:
+            out[f"{prefix}{k}"] = v
+    return out
+
+
+NAME_FREE_KEYS = ("name", "seed", "out_dir")  # in the default run name already, or where it lives
+
+
+def default_run_name(cfg: TrainConfig) -> str:
+    """<objective>__s<seed> for a config that differs from the defaults (of its objective preset) in nothing else;
+    otherwise <objective>__<8 hex digits of the other non-default settings>__s<seed>, so that two commands that
+    train different things never share a folder. A folder under the short name that already holds this very
+    config (made before default names carried the hash) keeps its name: re-running its command resumes it."""
+    short = f"{cfg.objective.name}__s{cfg.seed}"
+    base = _default_settings(cfg.objective.name)
+    changed = {k: v for k, v in flat_dict(to_dict(cfg)).items()
+               if k not in NAME_FREE_KEYS and (k not in base or base[k] != v)}
+    if not changed:
+        return short
+    legacy = Path(cfg.out_dir) / short / "config.yaml"
+    if legacy.is_file() and _holds_config(legacy, cfg):
+        return short
+    return f"{cfg.objective.name}__{config_hash(changed)[:8]}__s{cfg.seed}"
+
+
+@functools.lru_cache(maxsize=8)
+def _default_settings(objective: str) -> dict:
+    preset = PRESETS[objective] if objective in PRESETS else PRESETS["grpo"]
+    return flat_dict(to_dict(TrainConfig(objective=preset)))
+
+
+def _holds_config(path: Path, cfg: TrainConfig) -> bool:
+    from objbench.experiments.run_folder import config_differences
+
+    try:
+        old = yaml.safe_load(path.read_text())
+    except (OSError, UnicodeDecodeError, yaml.YAMLError):
+        return False
+    return isinstance(old, dict) and not config_differences(old, cfg)

@@ -31,7 +31,8 @@ import torch
 
 def _problem_stats(s, policy, problems, samples: int, seed: int) -> list[dict]:
     """Per problem: greedy correct, sampled accuracy, reference-sequence log-prob, smallest token margin."""
-    from objbench.experiments.train import _gen, rollout
+    from objbench.experiments.rng import step_generator
+    from objbench.experiments.sample import rollout
     from objbench.rollout.engine import SamplingParams
     from objbench.rollout.scoring import score
 
@@ -39,7 +40,7 @@ def _problem_stats(s, policy, problems, samples: int, seed: int) -> list[dict]:
     s.engine.sync_weights(policy)
     greedy = SamplingParams(s.sampling.max_new_tokens, 0.0, 1.0, s.codec.eos_id, s.codec.pad_id)
     g = rollout(s, problems, 1, greedy, None)
-    smp = rollout(s, problems, samples, s.eval_sampling, _gen(seed, 10_000, 7, s.device))
+    smp = rollout(s, problems, samples, s.eval_sampling, step_generator(seed, 10_000, 7, s.device))
     sampled = smp.correct.view(len(problems), samples).float().mean(-1)
     p_ids, p_mask = s.codec.encode_prompts(problems)
     t_ids, t_mask = s.codec.encode_targets([p.answer for p in problems])
@@ -56,7 +57,8 @@ def _problem_stats(s, policy, problems, samples: int, seed: int) -> list[dict]:
 
 def probe_run(run_dir: Path, samples: int = 16, cache_dir=None) -> list[dict]:
     from objbench.experiments.config import build_task, load_config
-    from objbench.experiments.train import make_setup, warm_start
+    from objbench.experiments.setup import make_setup
+    from objbench.experiments.warmstart import warm_start
     from objbench.rollout.bundle import char_codec
     from objbench.rollout.sft import load_policy
 

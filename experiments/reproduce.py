@@ -30,10 +30,7 @@ import time
 from pathlib import Path
 
 IGNORED_CONFIG_KEYS = {"out_dir"}  # where the run is written, not what it computes
-# fields added to the config after some data was committed, with the value that keeps the old behaviour: absent in
-# the committed config and at this value now is no difference (any other value is)
-ADDED_FIELDS = {"train.eval_temperature": None, "task.filler_position": "before", "task.filler_demo_max": None,
-                "task.verdict": False, "rollout.staleness": 0}
+
 
 
 def committed_config(meta: dict, run: str) -> dict:
@@ -52,16 +49,20 @@ def flat_config(cfg) -> dict:
     """A config as the committed data stores it: config.yaml's YAML, flattened to dotted keys, without seed."""
     import yaml
 
-    from objbench.analysis.data import _flatten, _jsonable
+    from objbench.analysis.data import flatten, jsonable
     from objbench.experiments.config import to_yaml
 
-    return _jsonable({k: v for k, v in _flatten(yaml.safe_load(to_yaml(cfg))).items() if k != "seed"})
+    return jsonable({k: v for k, v in flatten(yaml.safe_load(to_yaml(cfg))).items() if k != "seed"})
 
 
 def config_differences(committed: dict, now: dict) -> list[str]:
+    from objbench.experiments.config import absent_values
+
     keys = sorted((set(committed) | set(now)) - IGNORED_CONFIG_KEYS)
-    shown = {k: f"<absent: {v!r}>" for k, v in ADDED_FIELDS.items() if k not in committed}
-    committed = {**{k: v for k, v in ADDED_FIELDS.items() if k in now}, **committed}
+    # settings added to objbench after the data was committed read as their declared neutral values
+    added = {k: v for k, v in absent_values(committed.get("task.name")).items() if k in now and k not in committed}
+    shown = {k: f"<absent: {v!r}>" for k, v in added.items()}
+    committed = {**added, **committed}
     return [f"{k}: committed {shown.get(k) or repr(committed.get(k, '<absent>'))}, now {now.get(k, '<absent>')!r}"
             for k in keys if committed.get(k, "<absent>") != now.get(k, "<absent>")]
 
@@ -100,7 +101,8 @@ def reproduce(data: str | Path, run: str, *, spec: str | Path | None = None, wor
     from objbench.analysis.data import read_data
     from objbench.analysis.load import load_runs
     from objbench.experiments.sweep import load_sweep
-    from objbench.experiments.train import cpu_signature, train
+    from objbench.experiments.provenance import cpu_signature
+    from objbench.experiments.train import train
 
     runs = read_data(data)
     meta = runs.meta

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import torch
 
-from objbench.rollout.sft import _encode_batch, encode_prompts, encode_targets, pad_left
+from objbench.rollout.sft import encode_batch, encode_prompts, encode_targets, pad_left
 
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 _WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin",
@@ -82,7 +82,7 @@ class Codec:
         for flag in (True, False):
             idx = [i for i, t in enumerate(templated) if t == flag]
             if idx:
-                enc = _encode_batch(self.tokenizer, [texts[i] for i in idx], add_special_tokens=not flag)
+                enc = encode_batch(self.tokenizer, [texts[i] for i in idx], add_special_tokens=not flag)
                 for i, e in zip(idx, enc):
                     out[i] = e
         return out

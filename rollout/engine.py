@@ -104,14 +104,15 @@ class HFEngine:
 
     ``use_cache=False`` recomputes the full prefix each step (slow; used to test the cached path). With the
     cache, Llama-family models go through rollout/fastlm.py (same sampler, lean forward, finished rows dropped);
-    other models, or a model marked ``_objbench_forward = "hf"``, through the transformers forward.
+    other models, or every model with ``forward="hf"``, through the transformers forward.
     """
 
     recompute_logp = False  # the sampler's log-probs are the trainer's (same module, tests/test_rollout.py)
 
-    def __init__(self, model: torch.nn.Module, use_cache: bool = True):
+    def __init__(self, model: torch.nn.Module, use_cache: bool = True, forward: str = "auto"):
         self.model = model
         self.use_cache = use_cache
+        self.forward = forward  # "auto" | "hf" (model.forward): which forward the sampler runs
 
     def sync_weights(self, policy: torch.nn.Module) -> None:
         self.model = policy  # shares the module: nothing to copy
@@ -126,7 +127,7 @@ class HFEngine:
         if prompt_ids.shape != prompt_mask.shape or prompt_mask.dtype != torch.bool:
             raise ValueError("prompt_mask must be a bool tensor with prompt_ids' shape")
         model = self.model
-        if self.use_cache and fastlm.supports(model):  # same sampler, lean forward (rollout/fastlm.py)
+        if self.use_cache and fastlm.supports(model, self.forward):  # same sampler, lean forward (rollout/fastlm.py)
             return Generation(*fastlm.generate(model, prompt_ids, prompt_mask, params, _sample, generator))
         was_training = model.training
         model.eval()
@@ -205,8 +206,8 @@ def make_engine(name: str, policy: torch.nn.Module, **settings) -> RolloutEngine
     return ENGINES[name](policy, **settings)
 
 
-def _hf_engine(policy: torch.nn.Module, use_cache: bool = True) -> HFEngine:
-    return HFEngine(policy, use_cache=use_cache)
+def _hf_engine(policy: torch.nn.Module, use_cache: bool = True, forward: str = "auto") -> HFEngine:
+    return HFEngine(policy, use_cache=use_cache, forward=forward)
 
 
 def _vllm_engine(policy: torch.nn.Module, **settings) -> RolloutEngine:

@@ -45,8 +45,11 @@ _TYPES = ("llama", "qwen2")
 _STATIC_ROPE = ("default", "linear", "llama3", "yarn", None)
 
 
-def why_unsupported(model) -> str | None:
-    """None when the lean path computes this model's function; otherwise the reason it does not."""
+def why_unsupported(model, forward: str = "auto") -> str | None:
+    """None when the lean path computes this model's function and ``forward`` allows it (``"auto"``); otherwise
+    the reason it does not (``forward="hf"``: the transformers forward was chosen, model.forward=hf)."""
+    if forward == "hf":
+        return "disabled (model.forward=hf)"
     cfg = getattr(model, "config", None)
     if cfg is None or getattr(cfg, "model_type", None) not in _TYPES:
         return f"model type {getattr(cfg, 'model_type', None)!r} is not one of {_TYPES}"
@@ -60,13 +63,11 @@ def why_unsupported(model) -> str | None:
         return f"rope type {rtype!r} (frequencies change with length)"
     if not hasattr(getattr(model, "model", None), "rotary_emb"):
         return "no rotary embedding module"
-    if getattr(model, "_objbench_forward", "auto") == "hf":
-        return "disabled (model.forward=hf)"
     return None
 
 
-def supports(model) -> bool:
-    return why_unsupported(model) is None
+def supports(model, forward: str = "auto") -> bool:
+    return why_unsupported(model, forward) is None
 
 
 def _bias(linear) -> torch.Tensor:

@@ -33,11 +33,13 @@ def full_inputs(prompt_ids, prompt_mask, response_ids, response_mask):
 
 
 def score(model, prompt_ids, prompt_mask, response_ids, response_mask, *, temperature: float = 1.0,
-          with_entropy: bool = True, with_logits: bool = False, entropy_grad: bool = True) -> Scored:
+          with_entropy: bool = True, with_logits: bool = False, entropy_grad: bool = True,
+          forward: str = "auto") -> Scored:
     """Teacher-forced pass; differentiable when called with grad enabled. ``entropy_grad=False`` computes the
-    entropy as a detached metric (less autograd work when no loss term uses it)."""
+    entropy as a detached metric (less autograd work when no loss term uses it). ``forward``: "auto" (the lean
+    forward of rollout/fastlm.py where it supports the model) or "hf" (always the transformers forward)."""
     T = response_ids.shape[1]
-    if fastlm.supports(model):  # same function, shared prompts computed once, padding mostly skipped
+    if fastlm.supports(model, forward):  # same function, shared prompts computed once, padding mostly skipped
         logits = fastlm.response_logits(model, prompt_ids, prompt_mask, response_ids, response_mask).float()
     else:
         ids, attn, pos = full_inputs(prompt_ids, prompt_mask, response_ids, response_mask)

@@ -13,7 +13,6 @@ import contextlib
 import fcntl
 import hashlib
 import json
-import math
 import os
 import random
 import shutil
@@ -33,7 +32,7 @@ def default_cache_dir() -> Path:
     return Path(os.environ.get("OBJBENCH_CACHE", Path.home() / ".cache" / "objbench"))
 
 
-def _encode_batch(tokenizer, texts: list[str], add_special_tokens: bool = False) -> list[list[int]]:
+def encode_batch(tokenizer, texts: list[str], add_special_tokens: bool = False) -> list[list[int]]:
     """``[tokenizer.encode(t, add_special_tokens=...) for t in texts]``, straight through the Rust tokenizer for
     fast tokenizers (~100 us per text saved: the Python wrapper dominates for short prompts). One text at a time,
     not ``encode_batch``: the batch call hands the texts to the tokenizers library's thread pool, whose threads
@@ -80,7 +79,7 @@ def _char_table(tokenizer):
 
 def encode_prompts(tokenizer, texts: list[str], bos_id: int, pad_id: int):
     """Left-padded ``<bos> + text`` ids and a bool mask, (B, P)."""
-    return pad_left([[bos_id] + ids for ids in _encode_batch(tokenizer, texts)], pad_id)
+    return pad_left([[bos_id] + ids for ids in encode_batch(tokenizer, texts)], pad_id)
 
 
 def pad_left(seqs: list[list[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -102,7 +101,7 @@ def pad_right(seqs: list[list[int]], pad_id: int) -> tuple[torch.Tensor, torch.T
 
 def encode_targets(tokenizer, texts: list[str], eos_id: int, pad_id: int):
     """Right-padded ``text + <eos>`` ids and a bool mask, (B, T)."""
-    return pad_right([ids + [eos_id] for ids in _encode_batch(tokenizer, texts)], pad_id)
+    return pad_right([ids + [eos_id] for ids in encode_batch(tokenizer, texts)], pad_id)
 
 
 @dataclass
@@ -132,20 +131,43 @@ def sft_train(policy, codec, batch_fn: Callable[[int, random.Random], tuple[list
     see :class:`Until` (``steps`` is then ignored). ``log_every`` > 0 prints ``log_label: step N loss L`` to
     stderr every that many steps (and the criterion's verdict). Returns the loss curve.
     """
-    if special is not None:  # bare tokenizer: "<bos> + prompt" and "target + <eos>"
-        tok = codec
-
-        def enc_p(prompts):
-            return encode_prompts(tok, prompts, special["bos"], special["pad"])
-
-        def enc_t(targets):
-            return encode_targets(tok, targets, special["eos"], special["pad"])
-    else:
-        enc_p, enc_t = codec.encode_prompts, codec.encode_targets
-    device = next(policy.parameters()).device
-    from objbench.rollout.scoring import score  # local import keeps module import light
-
+    enc_p, enc_t = _sft_encoders(codec, special)
     opt = torch.optim.AdamW(policy.parameters(), lr=lr)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, _sft_lr_lambda(steps, until))
+    rng = random.Random(seed)
+    losses = []
+    one_step = _sft_step_fn(policy, opt, sched, enc_p, enc_t, grad_clip, losses, log_every, log_label)
+
+    policy.train()
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        if until is None:
+            for step in range(steps):
+                one_step(*batch_fn(step, rng))
+        else:
+            _train_until(policy, until, one_step, batch_fn, rng, log_every, log_label)
+    policy.eval()
+    return losses
+
+
+def _sft_encoders(codec, special: dict | None):
+    """(encode_prompts(prompts), encode_targets(targets)) of ``sft_train``: the codec's own, or for a bare
+    tokenizer with ``special`` ids "<bos> + prompt" and "target + <eos>"."""
+    if special is None:
+        return codec.encode_prompts, codec.encode_targets
+    tok = codec
+
+    def enc_p(prompts):
+        return encode_prompts(tok, prompts, special["bos"], special["pad"])
+
+    def enc_t(targets):
+        return encode_targets(tok, targets, special["eos"], special["pad"])
+
+    return enc_p, enc_t
+
+
+def _sft_lr_lambda(steps: int, until: Until | None) -> Callable[[int], float]:
+    """The learning-rate factor of ``sft_train`` at a step (a LambdaLR lambda)."""
     if until is None:
         # linear warm-up over the first 5% of steps, constant, then linear decay to 10% over the last 25%.
         # (A cosine schedule kept tiny models on the loss plateau before addition "clicks"; see the note.)
@@ -162,10 +184,15 @@ def sft_train(policy, codec, batch_fn: Callable[[int, random.Random], tuple[list
             if until.clean_steps is None:
                 return min(1.0, (step + 1) / until.warmup)
             return 1.0 - 0.9 * (step - until.clean_steps) / max(1, until.then_steps)
+    return lr_at
 
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_at)
-    rng = random.Random(seed)
-    losses = []
+
+def _sft_step_fn(policy, opt, sched, enc_p, enc_t, grad_clip: float, losses: list, log_every: int,
+                 log_label: str) -> Callable[[list, list[str]], None]:
+    """``one_step(prompts, targets)``: one optimizer step of ``sft_train`` on a batch; appends its loss to
+    ``losses`` (the step count) and logs every ``log_every`` steps."""
+    device = next(policy.parameters()).device
+    from objbench.rollout.scoring import score  # local import keeps module import light
 
     def one_step(prompts, targets):
         p_ids, p_mask = (x.to(device) for x in enc_p(prompts))
@@ -183,33 +210,32 @@ def sft_train(policy, codec, batch_fn: Callable[[int, random.Random], tuple[list
         if log_every and step % log_every == 0:
             print(f"{log_label}: step {step} loss {losses[-1]:.4f}", file=sys.stderr, flush=True)
 
-    policy.train()
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
-        if until is None:
-            for step in range(steps):
-                one_step(*batch_fn(step, rng))
-        else:
-            step = 0
-            while until.clean_steps is None:
-                one_step(*batch_fn(step, rng))
-                step += 1
-                if step % until.check_every == 0 or step == until.max_steps:
-                    policy.eval()
-                    with torch.no_grad():
-                        done, record = until.reached(policy)
-                    policy.train()
-                    until.history.append({"step": step, **record})
-                    if done or step >= until.max_steps:
-                        until.done, until.clean_steps = bool(done), step
-                        if log_every:
-                            print(f"{log_label}: {'criterion met' if done else 'criterion NOT met'} after {step} "
-                                  f"clean steps ({record}); {until.then_steps} more steps", file=sys.stderr,
-                                  flush=True)
-            for i in range(until.then_steps):
-                one_step(*until.then_batch_fn(step + i, rng))
-    policy.eval()
-    return losses
+    return one_step
+
+
+def _train_until(policy, until: Until, one_step, batch_fn, rng: random.Random, log_every: int,
+                 log_label: str) -> None:
+    """The two phases of a competence-based ``sft_train`` (see :class:`Until`): clean steps of ``batch_fn``
+    until ``until.reached`` (or ``until.max_steps``), then ``until.then_steps`` steps of ``until.then_batch_fn``.
+    Records the checks and the outcome on ``until``."""
+    step = 0
+    while until.clean_steps is None:
+        one_step(*batch_fn(step, rng))
+        step += 1
+        if step % until.check_every == 0 or step == until.max_steps:
+            policy.eval()
+            with torch.no_grad():
+                done, record = until.reached(policy)
+            policy.train()
+            until.history.append({"step": step, **record})
+            if done or step >= until.max_steps:
+                until.done, until.clean_steps = bool(done), step
+                if log_every:
+                    print(f"{log_label}: {'criterion met' if done else 'criterion NOT met'} after {step} "
+                          f"clean steps ({record}); {until.then_steps} more steps", file=sys.stderr,
+                          flush=True)
+    for i in range(until.then_steps):
+        one_step(*until.then_batch_fn(step + i, rng))
 
 
 WARM_START_THREADS = 1
@@ -217,17 +243,6 @@ WARM_START_THREADS = 1
 thread-count-dependent order, so a start trained with 2 threads differs from one trained with 1 (seen: weights
 apart by up to 0.67, 3-digit accuracy 0.06 vs 0.94), and a cache keyed without it would hand every later run
 whichever start the first command made. 1 is what every committed sweep used (2 workers x 1 thread)."""
-
-
-def code_fingerprint(*objs) -> str:
-    """sha256 over the source of the given modules/functions: a warm start's cache key covers the code that
-    builds it, so an edit to it can never reuse a stale start (no hand-bumped version number to forget)."""
-    import inspect
-
-    h = hashlib.sha256()
-    for o in objs:
-        h.update(inspect.getsource(o).encode())
-    return h.hexdigest()[:16]
 
 
 @contextlib.contextmanager

@@ -17,7 +17,7 @@ import torch
 
 from objbench import algos
 from objbench.algos.config import with_overrides
-from objbench.experiments.train import cpu_signature
+from objbench.experiments.provenance import cpu_signature
 
 F64 = torch.float64
 PRESETS = ["ppo", "grpo", "dr_grpo", "dapo", "gspo"]

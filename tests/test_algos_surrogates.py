@@ -319,21 +319,63 @@ def test_registry_and_presets():
         SURROGATES.register("cispo", SURROGATES.get("cispo"))
 
 
-@pytest.mark.parametrize("overrides", [
-    {"ratio.surrogate": "cispo", "ratio.eps_low": 0.2, "ratio.eps_high": 0.2, "ratio.eps_high_is": 0.5},
-    {"ratio.surrogate": "sapo", "ratio.tau_neg": 2.0},
-    {"ratio.surrogate": "cispo", "ratio.level": "sequence", "ratio.eps_low_is": 0.3},
+def _written_out(lp, old, adv, mask, surrogate, level, eps_low_is=None, eps_high_is=0.28, tau_pos=1.0,
+                 tau_neg=1.05):
+    """The loss and its gradient d loss / d lp of one surrogate under agg = seq_mean_token_mean, written out from
+    the papers' formulas with Python floats, one token at a time (no algos code):
+
+        loss = (1/B) sum_i (1/n_i) sum_{t valid} l_it,   r = exp(lp - old) per token, or for the sequence
+        level s_i = exp((1/n_i) sum_{t valid} (lp_it - old_it)) for every token of y_i
+        cispo: l = -w A lp, w = clip(r, 1 - eps_low_is, 1 + eps_high_is) a constant: dl/dlp = -w A
+        sapo:  l = -(4/tau) sigmoid(tau (r - 1)) A, tau = tau_pos if A > 0 else tau_neg:
+               dl/dlp = -4 p (1 - p) r A with p = sigmoid(tau (r - 1)) (token level)
+    """
+    B, T = mask.shape
+    lp_, old_, adv_, mask_ = lp.tolist(), old.tolist(), adv.tolist(), mask.tolist()
+    loss, grad = 0.0, [[0.0] * T for _ in range(B)]
+    for i in range(B):
+        valid = [t for t in range(T) if mask_[i][t]]
+        n, A = len(valid), adv_[i]
+        s = math.exp(sum(lp_[i][t] - old_[i][t] for t in valid) / n)
+        for t in valid:
+            r = s if level == "sequence" else math.exp(lp_[i][t] - old_[i][t])
+            if surrogate == "cispo":
+                w = min(r, 1.0 + eps_high_is)
+                if eps_low_is is not None:
+                    w = max(w, 1.0 - eps_low_is)
+                l, d = -w * A * lp_[i][t], -w * A
+            else:
+                assert surrogate == "sapo" and level == "token"
+                tau = tau_pos if A > 0 else tau_neg
+                p = 1.0 / (1.0 + math.exp(-tau * (r - 1.0)))
+                l, d = -(4.0 / tau) * p * A, -4.0 * p * (1.0 - p) * r * A
+            loss += l / (n * B)
+            grad[i][t] = d / (n * B)
+    return loss, grad
+
+
+@pytest.mark.parametrize("overrides,written_out", [
+    ({"ratio.surrogate": "cispo", "ratio.eps_low_is": 0.2, "ratio.eps_high_is": 0.1},
+     {"surrogate": "cispo", "level": "token", "eps_low_is": 0.2, "eps_high_is": 0.1}),
+    ({"ratio.surrogate": "sapo", "ratio.tau_pos": 1.5, "ratio.tau_neg": 3.0},
+     {"surrogate": "sapo", "level": "token", "tau_pos": 1.5, "tau_neg": 3.0}),
+    ({"ratio.surrogate": "cispo", "ratio.level": "sequence", "ratio.eps_low_is": 0.05, "ratio.eps_high_is": 0.05},
+     {"surrogate": "cispo", "level": "sequence", "eps_low_is": 0.05, "eps_high_is": 0.05}),
 ])
-def test_compute_loss_uses_the_configured_surrogate(overrides):
+def test_compute_loss_uses_the_configured_surrogate(overrides, written_out):
+    # compute_loss on a grpo config with the surrogate, its options and the ratio level overridden equals the
+    # surrogate's formula written out above with those options (value and gradient); the options are chosen
+    # away from their defaults and tight enough that they bind on this batch, so a surrogate, an option or a
+    # ratio level that compute_loss failed to pass on gives other numbers
     lp, old, adv, mask = _batch(8)
     cfg = with_overrides(algos.get_preset("grpo", group_size=2, kl__placement="none", kl__beta=0.0), overrides)
-    r = cfg.ratio
-    x1, x2 = lp.clone().requires_grad_(), lp.clone().requires_grad_()
-    l1, m1 = algos.compute_loss(cfg, logp=x1, old_logp=old, advantages=adv, mask=mask)
-    l2, _ = algos.policy_loss(x2, old, adv, mask, ratio=r.level, surrogate=r.surrogate, eps_low_is=r.eps_low_is,
-                              eps_high_is=r.eps_high_is, tau_pos=r.tau_pos, tau_neg=r.tau_neg,
-                              agg="seq_mean_token_mean")
-    l1.backward()
-    l2.backward()
-    assert torch.equal(l1, l2) and torch.equal(x1.grad, x2.grad)
-    assert all(k in algos.METRIC_DOCS for k in m1)
+    assert cfg.loss.agg == "seq_mean_token_mean"
+    x = lp.clone().requires_grad_()
+    loss, metrics = algos.compute_loss(cfg, logp=x, old_logp=old, advantages=adv, mask=mask)
+    loss.backward()
+    want, want_grad = _written_out(lp, old, adv, mask, **written_out)
+    assert loss.item() == pytest.approx(want, rel=1e-12, abs=1e-15)
+    assert x.grad.tolist() == [pytest.approx(row, rel=1e-12, abs=1e-15) for row in want_grad]
+    assert all(k in algos.METRIC_DOCS for k in metrics)
+    if written_out["surrogate"] == "cispo":  # the clip bounds bind on this batch: some weight is clipped
+        assert metrics["clipfrac_low"] > 0 and metrics["clipfrac_high"] > 0

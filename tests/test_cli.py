@@ -226,26 +226,26 @@ def test_a_cold_warm_start_says_so_and_shows_progress_in_a_log_file_too(tmp_path
 def test_wandb_mode_is_offline_only_when_nothing_is_configured(tmp_path, monkeypatch):
     """WANDB_MODE, an API key and a `wandb login` (~/.netrc for the wandb host) are left to wandb; with none of
     them the run goes offline instead of blocking on a login prompt. Needs no wandb installed."""
-    from objbench.experiments.train import _wandb_mode
+    from objbench.experiments.logs import wandb_mode
 
     for k in ("WANDB_MODE", "WANDB_API_KEY", "WANDB_BASE_URL", "NETRC"):
         monkeypatch.delenv(k, raising=False)
     monkeypatch.setenv("HOME", str(tmp_path))
-    assert _wandb_mode() == "offline"
+    assert wandb_mode() == "offline"
     for key, value in (("WANDB_MODE", "online"), ("WANDB_MODE", "disabled"), ("WANDB_API_KEY", "x" * 40)):
         monkeypatch.setenv(key, value)
-        assert _wandb_mode() is None, key
+        assert wandb_mode() is None, key
         monkeypatch.delenv(key)
     netrc = tmp_path / ".netrc"
     netrc.write_text("machine api.wandb.ai\n  login user\n  password " + "k" * 40 + "\n")
     netrc.chmod(0o600)
-    assert _wandb_mode() is None  # logged in
+    assert wandb_mode() is None  # logged in
     monkeypatch.setenv("WANDB_BASE_URL", "https://wandb.example.org")
-    assert _wandb_mode() == "offline"  # logged in to another host only
+    assert wandb_mode() == "offline"  # logged in to another host only
     netrc.write_text(netrc.read_text() + "machine wandb.example.org\n  login user\n  password " + "k" * 40 + "\n")
-    assert _wandb_mode() is None
+    assert wandb_mode() is None
     netrc.write_text("machine\n")  # unreadable: as if there were none
-    assert _wandb_mode() == "offline"
+    assert wandb_mode() == "offline"
 
 
 def test_wandb_resumed_run_continues_the_same_wandb_run(tmp_path, monkeypatch):
@@ -253,13 +253,14 @@ def test_wandb_resumed_run_continues_the_same_wandb_run(tmp_path, monkeypatch):
     for k in ("WANDB_MODE", "WANDB_API_KEY"):
         monkeypatch.delenv(k, raising=False)
     monkeypatch.setenv("HOME", str(tmp_path))  # no ~/.netrc login: offline
-    args = [sys.executable, "-m", "objbench.experiments.cli", "train", "--quiet", *FAST, "log.wandb=true",
-            f"out_dir={tmp_path}", "name=w"]
-    env = {**os.environ, "OBJBENCH_CRASH_AT_STEP": "2", "WANDB_SILENT": "true"}
-    first = subprocess.run(args, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    args = ["train", "--quiet", *FAST, "log.wandb=true", f"out_dir={tmp_path}", "name=w"]
+    env = {**os.environ, "OBJBENCH_TEST_CRASH_AT_STEP": "2", "WANDB_SILENT": "true"}
+    first = subprocess.run([sys.executable, str(ROOT / "tests" / "crash_run.py"), *args], cwd=ROOT, env=env,
+                           capture_output=True, text=True, timeout=600)
     assert first.returncode == 3, first.stderr[-2000:]  # hard crash after step 2 (checkpointed)
-    env.pop("OBJBENCH_CRASH_AT_STEP")
-    second = subprocess.run(args, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    env.pop("OBJBENCH_TEST_CRASH_AT_STEP")
+    second = subprocess.run([sys.executable, "-m", "objbench", *args], cwd=ROOT, env=env, capture_output=True,
+                            text=True, timeout=600)
     assert second.returncode == 0, second.stderr[-2000:]
     run = tmp_path / "w"
     run_id = (run / "wandb_id").read_text()

@@ -90,7 +90,7 @@ def test_bad_settings_name_the_problem(kw, says):
 
 
 def test_weight_shares_by_hand():
-    from objbench.experiments.train import weight_shares
+    from objbench.experiments.diagnostics import weight_shares
 
     # four responses, sequence-level advantages +1, -1 (difficulty 1) and +0.5, -0.5 (difficulty 2), lengths 1 2 2 4
     adv = torch.tensor([[1.0, 1, 1, 1], [-1, -1, -1, -1], [0.5, 0.5, 0.5, 0.5], [-0.5, -0.5, -0.5, -0.5]])
@@ -118,7 +118,7 @@ def test_warm_start_demonstrations_use_each_components_noise():
     reference answer, component 2 at 1.0 has one digit wrong in every one, component 3 (None) falls back to
     sft.noise = 0.5; the clean phase corrupts nothing."""
     from objbench.experiments.config import load_config
-    from objbench.experiments.train import demonstrations
+    from objbench.experiments.warmstart import demonstrations
 
     task = make_task("mixture", components=[ADD1, SUB2, MUL1], sft_noise=[0.0, 1.0, None])
     cfg = load_config(None, ["sft.noise=0.5"])

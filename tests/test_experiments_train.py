@@ -4,13 +4,16 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import torch
 
 from objbench.experiments.config import ConfigError, load_config
+from objbench.experiments.loop_state import LoopState
 from objbench.experiments.train import NONDETERMINISTIC_KEYS, train
 
+CRASH_RUN = str(Path(__file__).with_name("crash_run.py"))  # the CLI, crashing hard after a given step
 FAST = ["sft.steps=30", "train.steps=4", "rollout.completions_per_step=16", "train.eval_size=6",
         "train.eval_samples=2", "train.eval_every=2", "train.checkpoint_every=2", "train.threads=1"]
 
@@ -84,18 +87,46 @@ def test_every_ppo_key_is_documented(tmp_path):
     assert undocumented(keys) == []
 
 
-def test_grad_norm_is_logged_before_and_after_clipping(tmp_path):
-    # clip 0.05: tiny, so most steps are scaled down; one optimizer step per training step, so the logged means
-    # are single values: after = before * min(1, clip / (before + 1e-6)), active = before > clip
-    rows = _rows(train(_cfg(tmp_path, "name=g", "optim.grad_clip=0.05"), progress=False) / "metrics.jsonl")
-    for r in rows:
-        pre = r["optim/grad_norm"]
-        assert r["optim/steps"] == 1
-        assert r["optim/grad_norm_clipped"] == pytest.approx(pre * min(1.0, 0.05 / (pre + 1e-6)), rel=1e-12)
-        assert r["optim/clip_active"] == float(pre > 0.05)
-    assert any(r["optim/clip_active"] == 1.0 for r in rows)
-    rows = _rows(train(_cfg(tmp_path, "name=n", "optim.grad_clip=0"), progress=False) / "metrics.jsonl")
+def _record_policy_grad_norm_after_clipping(monkeypatch):
+    """Wraps torch.nn.utils.clip_grad_norm_ (the loop calls it once per optimizer step, right before opt.step()):
+    each call appends (max_norm, the norm of the gradients as the optimizer then sees them)."""
+    real = torch.nn.utils.clip_grad_norm_
+    calls = []
+
+    def recording(parameters, max_norm, *args, **kwargs):
+        parameters = list(parameters)
+        out = real(parameters, max_norm, *args, **kwargs)
+        grads = [p.grad.detach().double().flatten() for p in parameters if p.grad is not None]
+        calls.append((float(max_norm), float(torch.linalg.vector_norm(torch.cat(grads)))))
+        return out
+
+    monkeypatch.setattr(torch.nn.utils, "clip_grad_norm_", recording)
+    return calls
+
+
+def test_a_tiny_grad_clip_clips_every_step_and_zero_turns_clipping_off(tmp_path, monkeypatch):
+    # optim.grad_clip = 1e-3, far below any gradient norm of this model: every step MUST be clipped, so the
+    # gradient the optimizer applies has norm 1e-3 and the logged clipped norm is 1e-3 (clip_grad_norm_ scales by
+    # clip / (norm + 1e-6): 1e-3 to a relative 1e-6 / norm), with clip_active 1. An entropy bonus gives every
+    # step a gradient (the rewards of a step can all be equal this early: zero advantages, zero gradient)
+    calls = _record_policy_grad_norm_after_clipping(monkeypatch)
+    bonus = "objective.loss.entropy_coef=0.1"
+    rows = _rows(train(_cfg(tmp_path, "name=g", "optim.grad_clip=1e-3", bonus), progress=False) / "metrics.jsonl")
+    assert len(rows) == 4 and all(r["optim/steps"] == 1 for r in rows)  # one optimizer step per training step
+    policy_calls = calls[-4:]  # the last 4 calls are the RL steps (a warm start, if it ran here, clips before)
+    for r, (max_norm, applied) in zip(rows, policy_calls):
+        assert r["optim/grad_norm"] > 0.01  # the premise: the norm before clipping is well above the clip
+        assert r["optim/grad_norm_clipped"] == pytest.approx(1e-3, rel=1e-4)
+        assert r["optim/clip_active"] == 1.0
+        assert max_norm == 1e-3 and applied == pytest.approx(1e-3, rel=1e-4)  # the gradient really was scaled down
+    # grad_clip = 0: no clipping. The optimizer sees the unclipped gradient (norm = the logged norm, far above 1e-3)
+    # and no clipped-norm metrics are logged
+    calls.clear()
+    rows = _rows(train(_cfg(tmp_path, "name=n", "optim.grad_clip=0", bonus), progress=False) / "metrics.jsonl")
     assert all("optim/grad_norm_clipped" not in r and "optim/clip_active" not in r for r in rows)
+    for r, (max_norm, applied) in zip(rows, calls[-4:]):
+        assert max_norm == float("inf")
+        assert r["optim/grad_norm"] > 0.01 and applied == pytest.approx(r["optim/grad_norm"], rel=1e-4)
 
 
 def test_filler_lengths_are_logged_by_correctness(tmp_path):
@@ -138,8 +169,8 @@ def test_prompt_stream_is_identical_across_objectives(tmp_path):
 def test_resume_after_hard_crash_has_no_duplicate_or_missing_steps(tmp_path):
     cfg_args = _args(*FAST, f"out_dir={tmp_path}", "name=r", "train.steps=6")
     cmd = [sys.executable, "-m", "objbench.experiments.cli", "train", "--quiet", *cfg_args]
-    env = {**os.environ, "OBJBENCH_CRASH_AT_STEP": "5"}  # dies after logging step 5; checkpoint is at 4
-    p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+    env = {**os.environ, "OBJBENCH_TEST_CRASH_AT_STEP": "5"}  # dies after logging step 5; checkpoint is at 4
+    p = subprocess.run([sys.executable, CRASH_RUN, *cmd[3:]], env=env, capture_output=True, text=True, timeout=300)
     assert p.returncode == 3, p.stderr[-2000:]
     run = tmp_path / "r"
     assert not (run / "done").exists()
@@ -194,14 +225,30 @@ def test_wandb_logging_runs_offline(tmp_path, monkeypatch):
     assert wandb.run is None  # finished
 
 
-def test_bench_reports_a_complete_time_split(tmp_path):
+def test_bench_charges_a_slow_phase_to_its_own_key(monkeypatch):
+    # every policy-loss computation is made 1 s slower (each phase takes ~1-50 ms here): bench must report that
+    # time under "loss", in no other phase and not in "other" (time outside every timed phase)
+    import time
+
+    from objbench import algos
     from objbench.experiments.bench import bench
 
+    real, delay, calls = algos.compute_loss, 1.0, []
+
+    def slow_loss(*args, **kwargs):
+        calls.append(1)
+        time.sleep(delay)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(algos, "compute_loss", slow_loss)  # the loop calls it as algos.compute_loss
     res = bench(None, _args(*FAST, "objective=ppo"), steps=2, warmup=1, quiet=True)
     ph = res["phases"]
-    for k in ("sample", "reward", "reference", "critic", "forward", "backward", "optimizer", "other"):
-        assert k in ph, k
-    assert abs(sum(ph.values()) - res["s_per_step"]) < 1e-6  # the phases add up to the step
+    for k in ("sample", "reward", "reference", "critic", "forward", "loss", "backward", "optimizer", "other"):
+        assert k in ph and ph[k] >= 0, k  # other >= 0: no time counted in two phases
+    slow_per_step = delay * len(calls) / 3  # 3 steps ran: 1 warmup + 2 timed
+    assert len(calls) >= 3 and ph["loss"] >= slow_per_step
+    assert all(v < delay for k, v in ph.items() if k != "loss"), ph
+    assert res["s_per_step"] >= ph["loss"]
     assert res["rollout_tokens_per_s"] > 0 and res["update_tokens_per_s"] > 0
     assert 0 <= res["harness_overhead_frac"] < 1
 
@@ -212,7 +259,8 @@ def test_special_token_inside_a_response_makes_it_invalid():
 
     from objbench.envs.tokenizer import EOS_ID, PAD_ID, VOCAB_SIZE, build_char_tokenizer
     from objbench.experiments.config import build_task
-    from objbench.experiments.train import INVALID_MARK, make_setup, rollout
+    from objbench.experiments.sample import INVALID_MARK, rollout
+    from objbench.experiments.setup import make_setup
     from objbench.rollout.engine import Generation
     from objbench.rollout.models import build_policy
 
@@ -240,7 +288,7 @@ def test_fast_response_decoding_equals_batch_decode():
     import torch
 
     from objbench.envs.tokenizer import build_char_tokenizer
-    from objbench.experiments.train import decode_responses
+    from objbench.rollout.decode import decode_responses
 
     tok = build_char_tokenizer()
     ids = torch.randint(0, len(tok), (200, 9), generator=torch.Generator().manual_seed(0))  # specials included
@@ -262,7 +310,7 @@ def test_warm_start_does_not_depend_on_the_callers_thread_count(tmp_path):
     import torch
 
     from objbench.experiments.config import build_task
-    from objbench.experiments.train import warm_start
+    from objbench.experiments.warmstart import warm_start
 
     before = torch.get_num_threads()
     cfg = load_config(None, ["sft.steps=12", "sft.batch_size=16", "train.threads=2"])
@@ -281,14 +329,16 @@ def test_evaluation_uses_the_current_weights(tmp_path):
     fused-weight cache, no engine holding the start weights)."""
     import torch
 
-    from objbench.experiments.train import _make_optimizers, build_setup, evaluate, make_setup, train_step
+    from objbench.experiments.evaluate import evaluate
+    from objbench.experiments.setup import build_setup, make_optimizers, make_setup
+    from objbench.experiments.train import train_step
 
     cfg = _cfg(tmp_path, "objective=grpo", "name=e")
     s = build_setup(cfg)
     start = {k: v.clone() for k, v in s.policy.state_dict().items()}
     s.policy.train()
-    opt, copt = _make_optimizers(s)
-    state = {"step": 0, "prompt_index": 0, "tokens": 0, "elapsed": 0.0}
+    opt, copt = make_optimizers(s)
+    state = LoopState()
     for _ in range(3):
         train_step(s, state, opt, copt)
     assert any(not torch.equal(start[k], v) for k, v in s.policy.state_dict().items())
@@ -302,7 +352,7 @@ def test_f32_mean_of_ints_is_torch_mean_of_the_same_values():
     # rollout_metrics averages counts and lengths in Python; the logged numbers must stay torch's float32 means
     import torch
 
-    from objbench.experiments.train import f32_mean_of_ints
+    from objbench.experiments.step_metrics import f32_mean_of_ints
 
     for n in [1, 2, 3, 7, 8, 9, 15, 16, 17, 31, 64, 100, 255, 256, 257, 511, 1000, 1024, 4096]:
         for k in sorted({0, 1, n // 3, n // 2, n - 1, n}):
@@ -313,14 +363,15 @@ def test_f32_mean_of_ints_is_torch_mean_of_the_same_values():
 
 
 def test_stale_rollouts_sample_with_the_weights_of_staleness_updates_ago(tmp_path):
-    from objbench.experiments.train import _make_optimizers, build_setup, train_step
+    from objbench.experiments.setup import build_setup, make_optimizers
+    from objbench.experiments.train import train_step
     from objbench.rollout.scoring import score
 
     cfg = load_config(None, _args(*FAST, f"out_dir={tmp_path}", "rollout.staleness=2", "objective=grpo"))
     s = build_setup(cfg)
     s.policy.train()
-    opt, copt = _make_optimizers(s)
-    state = {"step": 0, "prompt_index": 0, "tokens": 0, "elapsed": 0.0}
+    opt, copt = make_optimizers(s)
+    state = LoopState()
     snaps = [{k: v.clone() for k, v in s.policy.state_dict().items()}]  # snaps[k]: the weights after k updates
     rows, batches = [], []
     for _ in range(4):
@@ -349,8 +400,8 @@ def test_stale_rollouts_resume_equal_to_an_uninterrupted_run(tmp_path):
     cfg_args = _args(*FAST, f"out_dir={tmp_path}", "name=r", "train.steps=6", "rollout.staleness=3",
                      "train.checkpoint_every=2")
     cmd = [sys.executable, "-m", "objbench.experiments.cli", "train", "--quiet", *cfg_args]
-    p = subprocess.run(cmd, env={**os.environ, "OBJBENCH_CRASH_AT_STEP": "5"}, capture_output=True, text=True,
-                       timeout=300)
+    p = subprocess.run([sys.executable, CRASH_RUN, *cmd[3:]], env={**os.environ, "OBJBENCH_TEST_CRASH_AT_STEP": "5"},
+                       capture_output=True, text=True, timeout=300)
     assert p.returncode == 3, p.stderr[-2000:]
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     assert p.returncode == 0, p.stderr[-2000:]

@@ -5,7 +5,9 @@ import pytest
 import torch
 
 from objbench.experiments.config import load_config
-from objbench.experiments.train import _make_optimizers, build_setup, rollout, update
+from objbench.experiments.sample import rollout
+from objbench.experiments.setup import build_setup, make_optimizers
+from objbench.experiments.train import update
 
 SETTINGS = ["sft.steps=200", "train.threads=1", "rollout.completions_per_step=32", "task.filler_max=6",
             "task.filler_position=after", "task.filler_demo_max=2", "task.verdict=true", "objective=grpo"]
@@ -53,7 +55,7 @@ def test_the_verdict_gets_no_gradient(setup):
 
     def after(batch):
         s.policy.load_state_dict(start)
-        opt, copt = _make_optimizers(s)
+        opt, copt = make_optimizers(s)
         update(s, batch, opt, copt, step=1)
         return {k: v.clone() for k, v in s.policy.state_dict().items()}
 

@@ -9,17 +9,6 @@ from objbench.rollout.models import build_policy
 from objbench.rollout.scoring import full_inputs, score
 
 
-def _hf(model):
-    """The same module forced onto the transformers forward."""
-    model._objbench_forward = "hf"
-    return model
-
-
-def _auto(model):
-    model._objbench_forward = "auto"
-    return model
-
-
 def _qwen_gqa():
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
@@ -55,14 +44,14 @@ def test_logits_and_gradients_equal_the_transformers_forward(make):
     pid, pm, rid, rm = _batch()
     w = torch.randn(rm.shape)
 
-    def run(m):
-        m.zero_grad(set_to_none=True)
-        sc = score(m, pid, pm, rid, rm, with_logits=True)
+    def run(forward):
+        model.zero_grad(set_to_none=True)
+        sc = score(model, pid, pm, rid, rm, with_logits=True, forward=forward)
         (sc.logp * w * rm).sum().backward()
-        return sc, {n: p.grad.clone() for n, p in m.named_parameters()}
+        return sc, {n: p.grad.clone() for n, p in model.named_parameters()}
 
-    a, ga = run(_hf(model))
-    b, gb = run(_auto(model))
+    a, ga = run("hf")
+    b, gb = run("auto")
     assert torch.allclose(a.logits[rm], b.logits[rm], atol=1e-5)
     assert torch.allclose(a.logp[rm], b.logp[rm], atol=1e-5)
     for n in ga:
@@ -70,8 +59,8 @@ def test_logits_and_gradients_equal_the_transformers_forward(make):
     # the plain full-sequence forward too (what logits_to_keep=0 returns)
     ids, attn, pos = full_inputs(pid, pm, rid, rm)
     with torch.no_grad():
-        ref = _hf(model)(input_ids=ids, attention_mask=attn, position_ids=pos).logits
-        got = fastlm.forward(_auto(model), ids, attn, pos)
+        ref = model(input_ids=ids, attention_mask=attn, position_ids=pos).logits
+        got = fastlm.forward(model, ids, attn, pos)
     valid = attn.bool()
     assert torch.allclose(ref[valid], got[valid], atol=1e-5)
 
@@ -82,8 +71,8 @@ def test_sampler_draws_what_the_transformers_path_draws(make):
     pid, pm, _, _ = _batch(G=4)
     for params in (SamplingParams(9, temperature=1.0), SamplingParams(9, temperature=0.7, top_p=0.9),
                    SamplingParams(9, temperature=0.0)):
-        a = HFEngine(_hf(model)).generate(pid, pm, params, torch.Generator().manual_seed(7))
-        b = HFEngine(_auto(model)).generate(pid, pm, params, torch.Generator().manual_seed(7))
+        a = HFEngine(model, forward="hf").generate(pid, pm, params, torch.Generator().manual_seed(7))
+        b = HFEngine(model).generate(pid, pm, params, torch.Generator().manual_seed(7))
         assert torch.equal(a.response_ids, b.response_ids)
         assert torch.equal(a.response_mask, b.response_mask)
         assert torch.equal(a.truncated, b.truncated)
@@ -95,20 +84,35 @@ def test_unsupported_models_say_why_and_use_transformers():
 
     gpt2 = GPT2LMHeadModel(GPT2Config(vocab_size=24, n_embd=16, n_layer=1, n_head=2, n_positions=32))
     assert "gpt2" in fastlm.why_unsupported(gpt2)
-    assert "disabled" in fastlm.why_unsupported(_hf(build_policy("tiny", 24, seed=0)))
+    assert "disabled" in fastlm.why_unsupported(build_policy("tiny", 24, seed=0), forward="hf")
     pid, pm, rid, rm = _batch()
     sc = score(gpt2, pid, pm, rid, rm)  # falls back to model(...)
     assert sc.logp.shape == rid.shape
 
 
-def test_config_switch_selects_the_transformers_forward(tmp_path):
+@pytest.mark.parametrize("forward", ["hf", "auto"])
+def test_config_switch_selects_the_forward_of_every_model_call(monkeypatch, forward):
+    """model.forward=hf: one training step samples, scores the reference and the policy through the transformers
+    forward only; auto: through the lean one (the spy sees it, so the check can fail)."""
     from objbench.envs.tokenizer import VOCAB_SIZE, build_char_tokenizer
     from objbench.experiments.config import build_task, load_config
-    from objbench.experiments.train import make_setup
+    from objbench.experiments.loop_state import LoopState
+    from objbench.experiments.setup import make_optimizers, make_setup
+    from objbench.experiments.train import train_step
 
-    cfg = load_config(None, ["model.forward=hf", "objective=grpo"])
+    cfg = load_config(None, [f"model.forward={forward}", "objective=grpo", "rollout.completions_per_step=16",
+                             "train.eval_size=4"])
     s = make_setup(cfg, build_task(cfg), build_char_tokenizer(), build_policy("tiny", VOCAB_SIZE, seed=0))
-    assert not fastlm.supports(s.policy) and not fastlm.supports(s.reference)
+    assert s.forward == forward and s.engine.forward == forward
+    calls = []
+    for name in ("response_logits", "generate"):
+        real = getattr(fastlm, name)
+        monkeypatch.setattr(fastlm, name, lambda *a, _real=real, _name=name, **k: calls.append(_name) or _real(*a, **k))
+    train_step(s, LoopState(), *make_optimizers(s))
+    if forward == "hf":
+        assert calls == []
+    else:
+        assert {"response_logits", "generate"} <= set(calls)
 
 
 # ----------------------------------------------------------------------------------- the frozen-model cache
@@ -121,26 +125,26 @@ def test_frozen_cache_follows_copies_and_in_place_edits():
     model.requires_grad_(False)
     pid, pm, rid, rm = _batch()
     with torch.no_grad():
-        before = score(_auto(model), pid, pm, rid, rm).logp  # fills the frozen model's fused-weight cache
+        before = score(model, pid, pm, rid, rm).logp  # fills the frozen model's fused-weight cache
         assert fastlm._weights(model) is fastlm._weights(model)  # and reuses it while nothing changes
         clone = copy.deepcopy(model)
         assert clone not in fastlm._FUSED and model in fastlm._FUSED  # a copy carries no fused weights
         g = torch.Generator().manual_seed(0)
         for p in clone.parameters():
             p.add_(0.05 * torch.randn(p.shape, generator=g))
-        fast = score(_auto(clone), pid, pm, rid, rm).logp
-        hf = score(_hf(clone), pid, pm, rid, rm).logp
+        fast = score(clone, pid, pm, rid, rm).logp
+        hf = score(clone, pid, pm, rid, rm, forward="hf").logp
         assert (fast - hf)[rm].abs().max() < 1e-5
         assert (hf - before)[rm].abs().max() > 1e-2  # the edit matters: a stale cache would be caught
 
         # in place on the model itself, on a fused weight (q_proj) -- and through load_state_dict
         model.model.layers[0].self_attn.q_proj.weight.mul_(1.5)
-        fast = score(_auto(model), pid, pm, rid, rm).logp
-        hf = score(_hf(model), pid, pm, rid, rm).logp
+        fast = score(model, pid, pm, rid, rm).logp
+        hf = score(model, pid, pm, rid, rm, forward="hf").logp
         assert (fast - hf)[rm].abs().max() < 1e-5 and (hf - before)[rm].abs().max() > 1e-3
         model.load_state_dict(clone.state_dict())
-        fast = score(_auto(model), pid, pm, rid, rm).logp
-        hf = score(_hf(clone), pid, pm, rid, rm).logp
+        fast = score(model, pid, pm, rid, rm).logp
+        hf = score(clone, pid, pm, rid, rm, forward="hf").logp
         assert (fast - hf)[rm].abs().max() < 1e-5
 
 
@@ -156,7 +160,7 @@ def test_tensors_are_made_on_the_models_device_and_dtype():
         from objbench.rollout.engine import _sample
 
         with torch.no_grad():
-            return (fastlm.forward(_auto(model), ids, attn, pos), fastlm.response_logits(model, pid, pm, rid, rm),
+            return (fastlm.forward(model, ids, attn, pos), fastlm.response_logits(model, pid, pm, rid, rm),
                     *fastlm.generate(model, pid, pm, params, _sample, torch.Generator().manual_seed(3)))
 
     ref = run()
@@ -177,11 +181,11 @@ def test_other_dtypes(dtype, atol):
     pid, pm, rid, rm = _batch()
     ids, attn, pos = full_inputs(pid, pm, rid, rm)
     with torch.no_grad():
-        got = fastlm.forward(_auto(model), ids, attn, pos)
-        ref = _hf(model)(input_ids=ids, attention_mask=attn, position_ids=pos).logits
+        got = fastlm.forward(model, ids, attn, pos)
+        ref = model(input_ids=ids, attention_mask=attn, position_ids=pos).logits
     assert got.dtype == dtype
     assert torch.allclose(got[attn.bool()].double(), ref[attn.bool()].double(), atol=atol)
-    gen = HFEngine(_auto(model)).generate(pid, pm, SamplingParams(6), torch.Generator().manual_seed(0))
+    gen = HFEngine(model).generate(pid, pm, SamplingParams(6), torch.Generator().manual_seed(0))
     assert torch.isfinite(gen.logp).all() and gen.logp.dtype == torch.float32
 
 

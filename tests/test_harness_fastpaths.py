@@ -13,9 +13,31 @@ from objbench import algos
 from objbench.algos import _checks
 from objbench.algos.aggregate import AGGREGATION_MODES
 from objbench.envs.tokenizer import build_char_tokenizer
-from objbench.rollout.sft import _char_table, _encode_batch
+from objbench.rollout.sft import _char_table, encode_batch
 
 MODES = ("token_mean", "seq_mean_token_mean", "seq_mean_token_sum", "seq_mean_token_sum_norm")
+
+
+@pytest.fixture
+def private_task():
+    """A freshly built default task that no other test sees: build_task caches tasks in the module-level
+    ``objbench.experiments.config._TASKS`` (one per spec, for the whole process), so a test that replaces a
+    task's method on the cached task would leak into every later test. The cache is swapped for an empty one
+    for the duration of the test (monkeypatch puts the real one back), and the task built into it is dropped
+    with it; the real cache's tasks are checked untouched afterwards."""
+    import objbench.experiments.config as C
+
+    def attributes(cache):
+        return {k: {a: id(v) for a, v in vars(t).items()} for k, t in cache.items()}
+
+    real_cache = C._TASKS
+    before = attributes(real_cache)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(C, "_TASKS", {})
+        task = C.build_task(C.load_config(None, []))
+        assert all(task is not t for t in real_cache.values())
+        yield task
+    assert C._TASKS is real_cache and attributes(real_cache) == before  # no cached task was changed
 
 
 def _hand_case():
@@ -101,7 +123,7 @@ def test_char_tokenizer_table_encoding_matches_the_tokenizer():
     rng = random.Random(0)
     pieces = list("0123456789+=-*.# /()") + ["a", "\n", "<", ">", "<eos>", "<pad>", "<unk>", "<bos>", "é"]
     texts = ["".join(rng.choice(pieces) for _ in range(rng.randint(0, 15))) for _ in range(2000)]
-    assert _encode_batch(tok, texts) == [rust.encode(t, add_special_tokens=False).ids for t in texts]
+    assert encode_batch(tok, texts) == [rust.encode(t, add_special_tokens=False).ids for t in texts]
 
 
 def test_a_bpe_tokenizer_never_takes_the_table_path():
@@ -114,14 +136,13 @@ def test_a_bpe_tokenizer_never_takes_the_table_path():
                              trainers.BpeTrainer(vocab_size=60, special_tokens=["<unk>", "<eos>"]))
     tok = PreTrainedTokenizerFast(tokenizer_object=core, unk_token="<unk>", eos_token="<eos>")
     assert _char_table(tok) is None
-    assert _encode_batch(tok, ["12+34="]) == [core.encode("12+34=", add_special_tokens=False).ids]
+    assert encode_batch(tok, ["12+34="]) == [core.encode("12+34=", add_special_tokens=False).ids]
 
 
-def test_a_deterministic_reward_verifies_each_distinct_completion_once():
-    from objbench.experiments.config import build_task, load_config
-    from objbench.experiments.train import _verify
+def test_a_deterministic_reward_verifies_each_distinct_completion_once(private_task, monkeypatch):
+    from objbench.experiments.sample import verify
 
-    task = build_task(load_config(None, []))
+    task = private_task
     calls = []
     real = task.reward
 
@@ -129,22 +150,22 @@ def test_a_deterministic_reward_verifies_each_distinct_completion_once():
         calls.append((p.uid, t, tr))
         return real(p, t, tr)
 
-    task.reward = counting
+    monkeypatch.setattr(task, "reward", counting)
     p, q = task.prompts(0, 0, 2)
     probs = [p, p, p, q, q]
     texts = [p.answer, p.answer, "1", p.answer, "x"]  # q's rows: answer and text of the other problem
     truncated = [False, False, False, False, True]
-    out = _verify(task, probs, texts, truncated)
+    out = verify(task, probs, texts, truncated)
     assert len(calls) == 4 and out[0] is out[1]  # (p, answer) verified once, its copy shares the result
     assert [r.correct for r in out] == [True, True, False, p.answer == q.answer, False]
     assert out == [real(pp, t, tr) for pp, t, tr in zip(probs, texts, truncated)]
     calls.clear()
-    task.deterministic_reward = False  # a random or stateful reward: every row is verified
-    assert _verify(task, probs, texts, truncated) == out and len(calls) == 5
+    monkeypatch.setattr(task, "deterministic_reward", False)  # a random or stateful reward: every row is verified
+    assert verify(task, probs, texts, truncated) == out and len(calls) == 5
 
 
 def test_peak_rss_reads_getrusage_only_where_it_equals_vmhwm(monkeypatch):
-    import objbench.experiments.train as T
+    import objbench.experiments.provenance as T
 
     if T._vmhwm_kb() is None:
         pytest.skip("no /proc/self/status (not Linux)")
@@ -186,7 +207,7 @@ def test_timed_adds_each_block_to_its_key_and_passes_exceptions():
     from collections import defaultdict
     from types import SimpleNamespace
 
-    from objbench.experiments.train import timed
+    from objbench.experiments.setup import timed
 
     s = SimpleNamespace(timers=defaultdict(float))
     with timed(s, "a"):
@@ -199,7 +220,7 @@ def test_timed_adds_each_block_to_its_key_and_passes_exceptions():
 
 def test_zero_var_frac_equals_the_tensor_computation():
     from objbench.algos.advantages import zero_variance_groups
-    from objbench.experiments.train import zero_var_frac
+    from objbench.experiments.step_metrics import zero_var_frac
 
     nan = float("nan")
     cases = [([1.0, 1.0, 0.0, 0.0, 0.5, 0.5], 2), ([0.0, -0.0, 1.0, 1.0 + 2 ** -23], 2),
@@ -215,11 +236,10 @@ def test_zero_var_frac_equals_the_tensor_computation():
         zero_var_frac(torch.ones(5), 2)  # not whole groups: the tensor function's own error
 
 
-def test_prompt_stream_gives_the_task_prompts_for_any_request_order():
-    from objbench.experiments.config import build_task, load_config
-    from objbench.experiments.train import PromptStream
+def test_prompt_stream_gives_the_task_prompts_for_any_request_order(private_task, monkeypatch):
+    from objbench.experiments.setup import PromptStream
 
-    task = build_task(load_config(None, []))
+    task = private_task
     calls = []
     real = task.prompts
 
@@ -227,7 +247,7 @@ def test_prompt_stream_gives_the_task_prompts_for_any_request_order():
         calls.append((start, n))
         return real(seed, start, n)
 
-    task.prompts = counting
+    monkeypatch.setattr(task, "prompts", counting)
     stream = PromptStream(task, 3, chunk=16)
     requests = [(0, 8), (8, 8), (16, 8), (20, 3), (5, 2), (100, 40), (0, 0), (139, 1), (140, 1)]
     for start, n in requests:
@@ -242,7 +262,7 @@ def test_prompt_stream_of_a_finite_task_raises_only_past_its_end():
     """A task whose stream ends (the TRL benchmark's fixed list of problems) must run to its last problem: the
     stream's draw ahead stops at the end instead of failing the step, and asking past the end still raises."""
     from benchmarks.workload import UniformAddition
-    from objbench.experiments.train import PromptStream
+    from objbench.experiments.setup import PromptStream
 
     task = UniformAddition(n=40)
     for start, n in [(0, 32), (32, 8), (39, 1), (0, 40)]:
@@ -268,7 +288,7 @@ def test_prompt_stream_encoding_is_the_codecs_encoding_of_the_same_prompts():
     from transformers import PreTrainedTokenizerFast
 
     from objbench.experiments.config import build_task, load_config
-    from objbench.experiments.train import PromptStream
+    from objbench.experiments.setup import PromptStream
     from objbench.rollout.bundle import Codec, char_codec
 
     core = Tokenizer(models.BPE(unk_token="<unk>"))
@@ -290,14 +310,14 @@ def test_prompt_stream_encoding_is_the_codecs_encoding_of_the_same_prompts():
 def test_cpu_column_is_torch_tensor_of_the_same_values():
     import numpy as np
 
-    from objbench.experiments.train import _cpu_column
+    from objbench.experiments.sample import cpu_column
 
     cases = [([0.0, 1.0, 0.1, -0.0, float("nan"), float("inf"), 1e300, 1e-50, 3, True, np.float64(0.5)], torch.float32),
              ([True, False, 1, 0, 2, np.bool_(True)], torch.bool), ([1, 2, 3, -5, 2 ** 40], torch.long),
              ([1.0, 2.0], torch.long), ([], torch.float32)]
     bits = {torch.float32: torch.int32, torch.bool: torch.uint8, torch.long: torch.long}  # bit-level views
     for values, dtype in cases:
-        got, want = _cpu_column(values, dtype), torch.tensor(values, dtype=dtype)
+        got, want = cpu_column(values, dtype), torch.tensor(values, dtype=dtype)
         assert got.dtype == want.dtype and got.shape == want.shape, (values, dtype)
         assert torch.equal(got.view(bits[dtype]), want.view(bits[dtype])), (values, dtype)  # NaN, -0.0, bool bytes
 

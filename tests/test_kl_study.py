@@ -1,6 +1,6 @@
-"""experiments/kl_study.py: the study's own statistics reproduce Schulman's Gaussian table, the gradient identities
-hold exactly on enumerable toys (one token and sequences), and a --quick run of the whole study writes consistent
-outputs. Every check runs the study's functions, not a copy of them."""
+"""studies/kl_study.py (and the studies/kl_*.py it imports): the study's own statistics reproduce Schulman's Gaussian
+table, the gradient identities hold exactly on enumerable toys (one token and sequences), and a --quick run of the
+whole study writes consistent outputs. Every check runs the study's functions, not a copy of them."""
 
 import json
 import math
@@ -9,7 +9,11 @@ import pandas as pd
 import pytest
 import torch
 
-from objbench.experiments import kl_study as S
+from studies import kl_study
+from studies.kl_config import ESTIMATORS, GRAD_RTOL, SCHULMAN_TABLE, ZERO_GRAD_TOL, Args
+from studies.kl_gradients import (_sequence_model, categorical_gradients, kl_grads, mc_gradients, per_sample_grads,
+                                  sequence_gradients, toy_instance)
+from studies.kl_tokens import bin_tokens, estimator_stats, gaussian_table, perturb
 
 F64 = torch.float64
 
@@ -17,24 +21,24 @@ F64 = torch.float64
 # ----------------------------------------------------------------------------------------- statistics
 def test_estimator_stats_by_hand():
     # values 1, 2, 3 against KL 1: errors 0, 1, 2 -> bias 1, std (ddof 1) 1, SE 1/sqrt(3); one negative of four
-    st = S.estimator_stats([1.0, 2.0, 3.0], 1.0)
+    st = estimator_stats([1.0, 2.0, 3.0], 1.0)
     assert st["bias"] == pytest.approx(1.0) and st["std"] == pytest.approx(1.0)
     assert st["bias_se"] == pytest.approx(1 / math.sqrt(3)) and st["rel_std"] == pytest.approx(1.0)
     assert st["frac_neg"] == 0.0 and st["rel_median"] == pytest.approx(2.0)
-    st = S.estimator_stats([-1.0, 1.0, 2.0, 4.0], [1.0, 1.0, 2.0, 2.0])  # per-sample truth, mean 1.5
+    st = estimator_stats([-1.0, 1.0, 2.0, 4.0], [1.0, 1.0, 2.0, 2.0])  # per-sample truth, mean 1.5
     assert st["kl_mean"] == pytest.approx(1.5) and st["bias"] == pytest.approx(0.0)
     assert st["frac_neg"] == 0.25 and st["min"] == -1.0
 
 
 @pytest.fixture(scope="module")
 def gauss():
-    return S.gaussian_table(n=1_000_000, seed=0, mus=(0.1, 1.0))
+    return gaussian_table(n=1_000_000, seed=0, mus=(0.1, 1.0))
 
 
-@pytest.mark.parametrize("mu,kind", list(S.SCHULMAN_TABLE))
+@pytest.mark.parametrize("mu,kind", list(SCHULMAN_TABLE))
 def test_study_statistics_reproduce_schulman_table(gauss, mu, kind):
     row = gauss[(gauss.mu == mu) & (gauss.estimator == kind)].iloc[0]
-    want_bias, want_std = S.SCHULMAN_TABLE[(mu, kind)]
+    want_bias, want_std = SCHULMAN_TABLE[(mu, kind)]
     # std/KL within 3% (1e6 samples; the published table rounds to 2-3 digits)
     assert row.rel_std == pytest.approx(want_std, rel=0.03)
     # bias/KL within 5 standard errors plus the table's rounding
@@ -46,9 +50,9 @@ def test_study_statistics_reproduce_schulman_table(gauss, mu, kind):
 # ------------------------------------------------------------------------- one-token gradients (exact)
 @pytest.mark.parametrize("vocab,distance,seed", [(5, 0.3, 0), (10, 2.0, 1), (20, 0.05, 2)])
 def test_one_token_expected_gradients_by_enumeration(vocab, distance, seed):
-    theta, ref_logits = S.toy_instance(vocab, distance, seed)
+    theta, ref_logits = toy_instance(vocab, distance, seed)
     pi = torch.softmax(theta, -1)
-    target = S.kl_grads(theta, ref_logits)
+    target = kl_grads(theta, ref_logits)
     # the targets themselves, in closed form: d KL(pi||ref)/d theta = pi * (d - E_pi d), d = log pi - log ref;
     # d KL(ref||pi)/d theta = pi - ref
     d = torch.log_softmax(theta, -1) - torch.log_softmax(ref_logits, -1)
@@ -56,7 +60,7 @@ def test_one_token_expected_gradients_by_enumeration(vocab, distance, seed):
     assert torch.allclose(target["forward"], pi - torch.softmax(ref_logits, -1), atol=1e-14)
 
     def expected(form):
-        return pi @ S.per_sample_grads(theta, ref_logits, form)
+        return pi @ per_sample_grads(theta, ref_logits, form)
 
     assert expected("k1").abs().max() < 1e-12                                   # k1 as loss: no gradient at all
     assert torch.allclose(expected("k2"), target["reverse"], rtol=0, atol=1e-10)
@@ -70,22 +74,22 @@ def test_one_token_expected_gradients_by_enumeration(vocab, distance, seed):
 
 
 def test_categorical_table_and_verdict_inputs():
-    g = S.categorical_gradients((0.1, 2.0), vocab=8, seed=3)
+    g = categorical_gradients((0.1, 2.0), vocab=8, seed=3)
     on = g.set_index(["distance", "form"])
-    assert (g.norm_ratio_rev[g.form == "k1"] < S.ZERO_GRAD_TOL).all() and g.cos_rev[g.form == "k1"].isna().all()
+    assert (g.norm_ratio_rev[g.form == "k1"] < ZERO_GRAD_TOL).all() and g.cos_rev[g.form == "k1"].isna().all()
     for form in ("k2", "k1_reward", "k3_k2grad", "k3_ratio"):
-        assert (on.xs(form, level="form").rel_err_rev < S.GRAD_RTOL).all()
-    assert (on.xs("k3", level="form").rel_err_fwd < S.GRAD_RTOL).all()
+        assert (on.xs(form, level="form").rel_err_rev < GRAD_RTOL).all()
+    assert (on.xs("k3", level="form").rel_err_fwd < GRAD_RTOL).all()
     assert (on.xs("x_dlogpi", level="form").cos_rev < -1 + 1e-12).all()
     # off-policy: only k3_ratio (importance ratio in the graph) keeps the reverse-KL gradient
-    off = S.categorical_gradients((0.5,), vocab=8, seed=3, off_policy=0.5).set_index("form")
-    assert off.loc["k3_ratio", "rel_err_rev"] < S.GRAD_RTOL
+    off = categorical_gradients((0.5,), vocab=8, seed=3, off_policy=0.5).set_index("form")
+    assert off.loc["k3_ratio", "rel_err_rev"] < GRAD_RTOL
     assert (off.loc[["k2", "k3", "k3_k2grad"], "rel_err_rev"] > 1e-3).all()
     assert "k1_reward" not in off.index
 
 
 def test_monte_carlo_std_matches_the_exact_per_token_std():
-    mc = S.mc_gradients((0.5,), vocab=6, seed=0, n_tokens=2000, reps=100).set_index("form")
+    mc = mc_gradients((0.5,), vocab=6, seed=0, n_tokens=2000, reps=100).set_index("form")
     # the std of a mean of N iid gradients is the per-token std / sqrt(N); 100 repetitions: ~7% sampling error
     ratio = mc.rel_std_mc / mc.rel_std_mc_predicted
     assert ((ratio > 0.75) & (ratio < 1.25)).all(), ratio
@@ -95,7 +99,7 @@ def test_monte_carlo_std_matches_the_exact_per_token_std():
 
 # ---------------------------------------------------------------------------------- sequence toy (exact)
 def test_sequence_model_enumerates_every_sequence_once():
-    seqs, prefix, n_prefix = S._sequence_model(3, 3)
+    seqs, prefix, n_prefix = _sequence_model(3, 3)
     assert seqs.shape == (27, 3) and len({tuple(r) for r in seqs.tolist()}) == 27 and n_prefix == 1 + 3 + 9
     # same prefix <-> same table row, and rows of different lengths never collide
     keys = {}
@@ -109,7 +113,7 @@ def test_sequence_model_enumerates_every_sequence_once():
 
 
 def test_sequence_gradients_exact_identities():
-    sq = S.sequence_gradients((0.3, 2.0), instances=2, seed=0)
+    sq = sequence_gradients((0.3, 2.0), instances=2, seed=0)
     by = {f: sq[sq.form == f] for f in sq.form.unique()}
     for f in ("k1_reward_seq", "k1_reward_togo"):  # k1 in the reward: the sequence-KL gradient
         assert (by[f].rel_err_seq_rev < 1e-10).all()
@@ -123,25 +127,25 @@ def test_sequence_gradients_exact_identities():
 # ------------------------------------------------------------------------------------ part (a) pieces
 def test_bin_tokens_assigns_bins_and_checks_columns():
     kl = [5e-7, 2e-3, 3e-3, 0.5]
-    df = pd.DataFrame({"kl": kl, **{k: [v + 0.1 for v in kl] for k in S.ESTIMATORS},
-                       **{f"{k}_mean": kl for k in S.ESTIMATORS}, **{f"{k}_var": [0.0] * 4 for k in S.ESTIMATORS}})
-    b = S.bin_tokens(df, min_tokens=1)
+    df = pd.DataFrame({"kl": kl, **{k: [v + 0.1 for v in kl] for k in ESTIMATORS},
+                       **{f"{k}_mean": kl for k in ESTIMATORS}, **{f"{k}_var": [0.0] * 4 for k in ESTIMATORS}})
+    b = bin_tokens(df, min_tokens=1)
     k1 = b[b.estimator == "k1"]
     assert list(k1.n) == [1, 2, 1] and list(k1.bin_low) == [0.0, 1e-3, 0.1]
     assert k1.bias.tolist() == pytest.approx([0.1] * 3) and (k1.bias_enum == 0).all()
-    assert len(S.bin_tokens(df, min_tokens=2)) == 3  # only the two-token bin is kept, for 3 estimators
+    assert len(bin_tokens(df, min_tokens=2)) == 3  # only the two-token bin is kept, for 3 estimators
     with pytest.raises(ValueError, match="k2_var"):
-        S.bin_tokens(df.drop(columns="k2_var"))
+        bin_tokens(df.drop(columns="k2_var"))
 
 
 def test_perturb_scales_with_sigma_and_leaves_the_original_alone():
     model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Linear(8, 3))
     before = [p.detach().clone() for p in model.parameters()]
-    same = S.perturb(model, 0.0, torch.Generator().manual_seed(0))
+    same = perturb(model, 0.0, torch.Generator().manual_seed(0))
     assert all(torch.equal(a, b) for a, b in zip(same.parameters(), before))
     dist = []
     for sigma in (0.01, 0.1):
-        m = S.perturb(model, sigma, torch.Generator().manual_seed(0))
+        m = perturb(model, sigma, torch.Generator().manual_seed(0))
         dist.append(sum((a - b).norm() ** 2 for a, b in zip(m.parameters(), before)).sqrt().item())
     assert dist[1] == pytest.approx(10 * dist[0], rel=1e-5)  # same noise draw, 10x the scale
     assert all(torch.equal(a, b) for a, b in zip(model.parameters(), before))
@@ -149,12 +153,13 @@ def test_perturb_scales_with_sigma_and_leaves_the_original_alone():
 
 def test_quick_run_writes_consistent_outputs(tmp_path):
     out = tmp_path / "kl"
-    assert S.main(["--out", str(out), "--quick", "--set", "sft.steps=10", "--cache-dir", str(tmp_path / "cache")]) == 0
+    argv = ["--out", str(out), "--quick", "--set", "sft.steps=10", "--cache-dir", str(tmp_path / "cache")]
+    assert kl_study.main(argv) == 0
     for f in ("README.md", "kl_token_bins.png", "token_bins.csv", "policies.csv", "gaussian_table.csv",
               "grad_categorical.csv", "grad_mc.csv", "grad_sequence.csv", "verdicts.md", "run.json"):
         assert (out / f).stat().st_size > 0, f
     pol = pd.read_csv(out / "policies.csv")
-    assert list(pol.sigma) == list(S.Args.quick_sizes()["sigmas"])
+    assert list(pol.sigma) == list(Args.quick_sizes()["sigmas"])
     assert pol.kl_exact.is_monotonic_increasing and (pol.kl_exact > 0).all()  # more noise, further away
     assert (pol.n_tokens >= pol.n_completions).all()  # every completion has at least its EOS token
     bins = pd.read_csv(out / "token_bins.csv")
@@ -178,5 +183,5 @@ def test_k2_and_k3_in_the_reward_by_hand():
     ref = torch.zeros(2, dtype=torch.float64)
     pi = torch.softmax(theta, -1)
     for form, want in (("k2_reward", 0.029629), ("k3_reward", 0.044010)):
-        g = pi @ S.per_sample_grads(theta, ref, form)
+        g = pi @ per_sample_grads(theta, ref, form)
         assert g.tolist() == pytest.approx([want, -want], abs=2e-6), form

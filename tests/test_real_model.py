@@ -103,7 +103,7 @@ def test_pretrained_without_sft_starts_from_the_folder_weights(toy_model, tmp_pa
     cfg = load_config(None, [f"model.path={toy_model}", "task.name=arithmetic", f"out_dir={tmp_path}"])
     assert cfg.sft.steps == 0  # unset sft.steps resolves to 0 for a pretrained model
     from objbench.experiments.config import build_task
-    from objbench.experiments.train import load_start
+    from objbench.experiments.setup import load_start
 
     policy, codec, info, ckpt = load_start(cfg, build_task(cfg))
     ref, _ = load_hf(str(toy_model))

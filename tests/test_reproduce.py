@@ -37,7 +37,7 @@ def test_compare_values_equal_and_first_difference():
 
 
 def test_fields_added_since_the_data_was_committed():
-    """A field the committed config lacks is no difference at its neutral value (ADDED_FIELDS), any other value
+    """A field the committed config lacks is no difference at its declared neutral value (config.added_later), any other value
     is; a field neither side knows of is named as a difference."""
     old = {"optim.lr": 0.0003}
     assert R.config_differences(old, {"optim.lr": 0.0003, "train.eval_temperature": None}) == []

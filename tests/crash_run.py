@@ -1,0 +1,43 @@
+"""Test-only: run the objbench command line with every training run hard-crashing right after it logs a step.
+
+    OBJBENCH_TEST_CRASH_AT_STEP=5 python tests/crash_run.py train ...     # like `objbench train ...`
+    OBJBENCH_TEST_CRASH_AT_STEP=3 python tests/crash_run.py sweep ...     # every sweep worker crashes alike
+
+The crash is ``os._exit(3)`` from ``train``'s ``after_step`` callback: no ``finally`` block runs, as after a kill.
+Sweep workers are spawned processes that import this file again as their main module, so the callback is
+installed in each of them too. Production code reads no crash setting: the callback is the loop's only hook.
+"""
+
+import functools
+import os
+import sys
+
+CRASH_AT_STEP = int(os.environ.get("OBJBENCH_TEST_CRASH_AT_STEP", "0"))
+
+
+def _crash_after(step: int) -> None:
+    if step == CRASH_AT_STEP:
+        os._exit(3)
+
+
+def install() -> None:
+    """Make every ``objbench.experiments.train.train`` call of this process crash after step CRASH_AT_STEP."""
+    import objbench.experiments.train as loop
+
+    original = loop.train
+
+    @functools.wraps(original)
+    def train(cfg, **kwargs):
+        kwargs.setdefault("after_step", _crash_after)
+        return original(cfg, **kwargs)
+
+    loop.train = train
+
+
+if CRASH_AT_STEP:
+    install()
+
+if __name__ == "__main__":
+    from objbench.experiments.cli import main
+
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,96 @@
+"""The run folder across objbench versions (a config.yaml written before a setting existed) and default run names
+that never let two different configurations share a folder."""
+
+import pytest
+import yaml
+
+import objbench.experiments.run_folder as RF
+from objbench.experiments.config import ConfigError, load_config, to_yaml
+from objbench.experiments.errors import RunFolderError
+from objbench.experiments.run_folder import prepare_run_dir, run_status
+
+
+def _finished_run(tmp_path, *overrides, drop=(), done=True):
+    """A run folder as `objbench train` leaves it (config.yaml, done), with the dotted settings in ``drop``
+    deleted from its config.yaml, as an objbench that did not know them would have written it."""
+    cfg = load_config(None, [f"out_dir={tmp_path}", "name=r", *overrides])
+    run_dir, status = prepare_run_dir(cfg)
+    assert status == "new"
+    old = yaml.safe_load((run_dir / "config.yaml").read_text())
+    for key in drop:
+        *path, last = key.split(".")
+        node = old
+        for part in path:
+            node = node[part]
+        del node[last]
+    (run_dir / "config.yaml").write_text(yaml.safe_dump(old, sort_keys=False))
+    if done:
+        (run_dir / "done").write_text("")
+    return run_dir
+
+
+@pytest.mark.parametrize("added", ["rollout.staleness", "train.eval_temperature", "rollout.temperature_control",
+                                   "rollout.temperature_schedule", "task.verdict", "task.filler_position"])
+def test_a_setting_added_later_at_its_neutral_value_is_no_difference(tmp_path, added):
+    _finished_run(tmp_path, drop=[added])
+    assert run_status(load_config(None, [f"out_dir={tmp_path}", "name=r"]))[1] == "done"
+
+
+def test_an_unfinished_old_run_resumes(tmp_path):
+    run_dir = _finished_run(tmp_path, drop=["rollout.staleness", "rollout.temperature_control"], done=False)
+    (run_dir / "checkpoints" / "last").mkdir(parents=True)
+    (run_dir / "checkpoints" / "last" / "state.json").write_text('{"step": 4}')
+    assert run_status(load_config(None, [f"out_dir={tmp_path}", "name=r"]))[1] == "resume"
+
+
+def test_a_setting_added_later_at_another_value_still_refuses(tmp_path):
+    _finished_run(tmp_path, drop=["rollout.staleness", "rollout.temperature_control"])
+    with pytest.raises(ConfigError, match=r"differs in: rollout\.staleness\)"):
+        run_status(load_config(None, [f"out_dir={tmp_path}", "name=r", "rollout.staleness=2"]))
+    with pytest.raises(ConfigError, match=r"rollout\.temperature_control\.target"):
+        run_status(load_config(None, [f"out_dir={tmp_path}", "name=r", "rollout.temperature_control.target=1.0"]))
+
+
+def test_a_setting_without_a_declared_old_value_is_named_as_absent(tmp_path):
+    _finished_run(tmp_path, drop=["optim.lr"])
+    with pytest.raises(ConfigError, match=r"optim\.lr \(absent\)"):
+        run_status(load_config(None, [f"out_dir={tmp_path}", "name=r"]))
+
+
+def test_a_whole_top_level_section_added_later(tmp_path, monkeypatch):
+    _finished_run(tmp_path, drop=["log"])
+    cfg = load_config(None, [f"out_dir={tmp_path}", "name=r"])
+    with pytest.raises(RunFolderError, match="incomplete"):  # undeclared: a file cut off while it was written
+        run_status(cfg)
+    declared = RF.absent_values
+
+    def with_log_section(task_name=None):  # as if every `log` setting had been declared added_later
+        return {**declared(task_name), "log.ref_kl": True, "log.wandb": False, "log.wandb_project": "objbench"}
+
+    monkeypatch.setattr(RF, "absent_values", with_log_section)
+    assert run_status(cfg)[1] == "done"
+    with pytest.raises(ConfigError, match=r"log\.ref_kl"):
+        run_status(load_config(None, [f"out_dir={tmp_path}", "name=r", "log.ref_kl=false"]))
+
+
+# ------------------------------------------------------------------------------------------ default run names
+def test_default_names_tell_configurations_apart(tmp_path):
+    def name(*o):
+        return load_config(None, [f"out_dir={tmp_path}", *o]).run_name
+
+    assert name() == "grpo__s0" and name("objective=dapo", "seed=2") == "dapo__s2"  # only preset and seed
+    countdown, agg = name("task.name=countdown"), name("objective.loss.agg=token_mean")
+    assert countdown.startswith("grpo__") and countdown.endswith("__s0") and len(countdown) == len("grpo__12345678__s0")
+    assert len({countdown, agg, name("task.name=countdown", "train.steps=7")}) == 3
+    assert name("task.name=countdown") == countdown  # the same command, the same folder
+    assert name("name=mine", "task.name=countdown") == "mine"
+
+
+def test_a_folder_made_under_the_old_default_name_is_found(tmp_path):
+    over = [f"out_dir={tmp_path}", "task.name=countdown"]
+    cfg = load_config(None, over)
+    (tmp_path / "grpo__s0").mkdir()  # what `objbench train task.name=countdown` wrote before the hash
+    (tmp_path / "grpo__s0" / "config.yaml").write_text(to_yaml(cfg))
+    assert load_config(None, over).run_name == "grpo__s0"  # resumes it instead of starting a new folder
+    # another configuration does not claim it
+    assert load_config(None, [*over, "train.steps=7"]).run_name != "grpo__s0"
