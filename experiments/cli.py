@@ -40,9 +40,8 @@ def _cmd_config(args) -> int:
 
 
 def _cmd_sweep(args) -> int:
-    from objbench.experiments.sweep import SweepFailed, check_gpus_per_run, describe, load_sweep, run_sweep
-
     from objbench.experiments.config import check_unique_keys
+    from objbench.experiments.sweep import SweepFailed, check_gpus_per_run, describe, load_sweep, run_sweep
 
     check_unique_keys(args.overrides)
     sw = load_sweep(args.spec, out_dir=args.out, extra_overrides=args.overrides,

@@ -29,10 +29,7 @@ from objbench.algos import presets as PRESETS
 from objbench.algos.config import ObjectiveConfig
 from objbench.algos.groups import adaptive as adaptive_groups
 from objbench.algos.schedules import Schedule, TemperatureControl, check_temperature
-
-
 from objbench.experiments.errors import ConfigError  # noqa: E402  (defined without heavy imports, for the CLI)
-
 
 ABSENT_MEANS = "absent_means"  # field metadata key; envs' task configs spell it out (they import nothing of ours)
 
@@ -713,6 +710,8 @@ def flat_dict(d: dict, prefix: str = "") -> dict:
     return out
 
 
+LOCATION_KEYS = ("out_dir",)  # where a run lives, not what it is: a moved folder still resumes
+_ABSENT = object()
 NAME_FREE_KEYS = ("name", "seed", "out_dir")  # in the default run name already, or where it lives
 
 
@@ -740,10 +739,20 @@ def _default_settings(objective: str) -> dict:
 
 
 def _holds_config(path: Path, cfg: TrainConfig) -> bool:
-    from objbench.experiments.run_folder import config_differences
-
     try:
         old = yaml.safe_load(path.read_text())
     except (OSError, UnicodeDecodeError, yaml.YAMLError):
         return False
     return isinstance(old, dict) and not config_differences(old, cfg)
+
+
+def config_differences(old: dict, cfg: TrainConfig) -> list[str]:
+    """The settings in which a run folder's config.yaml (``old``) differs from ``cfg``, as dotted keys. A setting
+    that the old file lacks because it was added to objbench later reads as its declared neutral value
+    (``config.added_later``); one without a declared value is a difference, marked "(absent)"."""
+    task = old.get("task") if isinstance(old.get("task"), dict) else {}
+    now = flat_dict(to_dict(cfg))
+    then = {**{k: v for k, v in absent_values(task.get("name")).items() if k in now}, **flat_dict(old)}
+    keys = sorted((set(then) | set(now)) - set(LOCATION_KEYS))
+    return [k if k in then else f"{k} (absent)" for k in keys if then.get(k, _ABSENT) != now.get(k, _ABSENT)]
+

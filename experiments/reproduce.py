@@ -100,8 +100,8 @@ def reproduce(data: str | Path, run: str, *, spec: str | Path | None = None, wor
 
     from objbench.analysis.data import read_data
     from objbench.analysis.load import load_runs
-    from objbench.experiments.sweep import load_sweep
     from objbench.experiments.provenance import cpu_signature
+    from objbench.experiments.sweep import load_sweep
     from objbench.experiments.train import train
 
     runs = read_data(data)

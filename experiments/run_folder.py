@@ -12,10 +12,16 @@ from pathlib import Path
 
 import yaml
 
-from objbench.experiments.config import ConfigError, TrainConfig, absent_values, flat_dict, to_dict, to_yaml
+from objbench.experiments.config import (
+    ConfigError,
+    TrainConfig,
+    absent_values,
+    config_differences,
+    flat_dict,
+    to_dict,
+    to_yaml,
+)
 from objbench.experiments.errors import RunFolderError
-
-LOCATION_KEYS = ("out_dir",)  # where a run lives, not what it is: a moved folder still resumes
 
 
 def run_status(cfg: TrainConfig) -> tuple[Path, str]:
@@ -46,17 +52,6 @@ def run_status(cfg: TrainConfig) -> tuple[Path, str]:
     return run_dir, "new"
 
 
-def config_differences(old: dict, cfg: TrainConfig) -> list[str]:
-    """The settings in which a run folder's config.yaml (``old``) differs from ``cfg``, as dotted keys. A setting
-    that the old file lacks because it was added to objbench later reads as its declared neutral value
-    (``config.added_later``); one without a declared value is a difference, marked "(absent)"."""
-    task = old.get("task") if isinstance(old.get("task"), dict) else {}
-    now = flat_dict(to_dict(cfg))
-    then = {**{k: v for k, v in absent_values(task.get("name")).items() if k in now}, **flat_dict(old)}
-    keys = sorted((set(then) | set(now)) - set(LOCATION_KEYS))
-    return [k if k in then else f"{k} (absent)" for k in keys if then.get(k, _ABSENT) != now.get(k, _ABSENT)]
-
-
 def undeclared_missing_sections(old: dict, cfg: TrainConfig) -> list[str]:
     """Top-level sections of ``cfg`` that ``old`` lacks although not all their settings were added later: a
     config.yaml cut off while it was written (or not an objbench config at all)."""
@@ -65,7 +60,6 @@ def undeclared_missing_sections(old: dict, cfg: TrainConfig) -> list[str]:
             and not all(k in declared for k in flat_dict({sec: to_dict(cfg)[sec]}))]
 
 
-_ABSENT = object()
 
 
 def prepare_run_dir(cfg: TrainConfig) -> tuple[Path, str]:
@@ -81,14 +75,6 @@ def prepare_run_dir(cfg: TrainConfig) -> tuple[Path, str]:
         run_dir.mkdir(parents=True, exist_ok=True)
         (run_dir / "config.yaml").write_text(to_yaml(cfg))
     return run_dir, status
-
-
-def diff_keys(a, b, prefix=""):
-    if isinstance(a, dict) and isinstance(b, dict):
-        for k in set(a) | set(b):
-            yield from diff_keys(a.get(k), b.get(k), f"{prefix}{k}.")
-    elif a != b:
-        yield prefix.rstrip(".")
 
 
 @contextlib.contextmanager

@@ -1,20 +1,7 @@
-"""Sweep specs and the sweep runner.
+"""The sweep runner: a sweep spec expanded into runs, and the runs run.
 
-A sweep spec is plain data (YAML)::
-
-    name: quickstart                 # folder name under out_dir
-    base: ../configs/quickstart.yaml # optional base run config, relative to this file
-    out_dir: results/runs            # optional (default results/runs; relative to where the command runs)
-    seeds: [0, 1, 2]
-    set:                             # overrides applied to every arm (dotted keys)
-      train.steps: 200
-    arms:                            # named arms: overrides per arm (objective: <preset> picks a preset)
-      grpo: {objective: grpo}
-      dapo: {objective: dapo}
-    grid:                            # optional cartesian product of field values, crossed with the arms
-      objective.loss.agg: [token_mean, seq_mean_token_mean]
-    resources:                       # optional: what one run needs (the --gpus-per-run flag overrides it)
-      gpus_per_run: 1                # default: 1 when model.device is cuda (or auto with CUDA present), else 0
+``load_sweep(path)`` reads a sweep spec (experiments/sweep_spec.py documents its keys and checks them) and
+resolves the run config of every (arm, grid point, seed); ``run_sweep`` runs them.
 
 Each (arm, grid point, seed) is one run named ``<arm>[-<grid values>]__s<seed>`` in ``<out_dir>/<name>/``, an
 absolute folder (resolved where the command runs, so every executor writes to the same place). Every arm of a
@@ -49,22 +36,18 @@ same command skips finished runs and resumes cut-off or failed runs from their l
 
 from __future__ import annotations
 
-import hashlib
-import itertools
 import json
-import math
 import os
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
 
-from objbench.experiments.config import ConfigError, TrainConfig, load_config, to_dict
+from objbench.experiments.config import ConfigError, TrainConfig, config_differences, load_config, to_dict
+from objbench.experiments.sweep_spec import SweepSpec, check_gpus_per_run, load_spec
 from objbench.experiments.workers import ANSI, Job, Outcome, one_line, run_jobs
 
-SPEC_KEYS = {"name", "base", "out_dir", "seeds", "set", "arms", "grid", "description", "report", "resources"}
-RESOURCE_KEYS = {"gpus_per_run"}
 RUN_FILES = ("metrics.jsonl", "eval.jsonl", "meta.json", "config.yaml", "done")  # as analysis/load.py reads them
 
 
@@ -81,120 +64,77 @@ class RunSpec:
 
 @dataclass
 class Sweep:
-    name: str
-    path: Path
-    spec: dict
-    spec_hash: str
+    """A sweep spec expanded into its runs (``load_sweep``); check_existing may give a run back the relative
+    out_dir its folder was begun with."""
+
+    spec: SweepSpec
     out_dir: Path
+    """absolute folder that holds the sweep folder"""
     runs: list[RunSpec]
-    arms: list[str]
-    seeds: list[int]
-    base: str | None
-    gpus_per_run: float | None = None
-    """the spec's resources.gpus_per_run (None = decided from model.device, see resolve_gpus)"""
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    @property
+    def path(self) -> Path:
+        return self.spec.path
+
+    @property
+    def spec_hash(self) -> str:
+        return self.spec.spec_hash
+
+    @property
+    def arms(self) -> list[str]:
+        """arm labels, one per arm x grid point, in run order"""
+        return self.spec.arm_labels
+
+    @property
+    def seeds(self) -> list[int]:
+        return list(self.spec.seeds)
+
+    @property
+    def base(self) -> str | None:
+        return self.spec.base
+
+    @property
+    def gpus_per_run(self) -> float | None:
+        """the spec's resources.gpus_per_run (None = decided from model.device, see resolve_gpus)"""
+        return self.spec.gpus_per_run
 
     @property
     def sweep_dir(self) -> Path:
         return self.out_dir / self.name
 
 
-def _fmt(v) -> str:
-    return str(v).replace("/", "_").replace(" ", "")
-
-
-def check_gpus_per_run(value, where: str) -> float:
-    """A GPU count per run: 0, a whole number, or a fraction in (0, 1) (several runs share one GPU)."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0 or not math.isfinite(value):
-        raise ConfigError(f"{where} must be a number >= 0 (GPUs per run), got {value!r}")
-    if value >= 1 and value != int(value):
-        raise ConfigError(f"{where}={value}: use a whole number of GPUs, or a fraction below 1 to share one GPU")
-    return float(value)
-
-
 def load_sweep(path: str | Path, out_dir: str | None = None, extra_overrides: list[str] = (), *,
                check_device: bool = True) -> Sweep:
-    """Parse, expand and validate a sweep spec. Raises ConfigError naming the problem. ``check_device=False``
-    (the Ray executor) leaves model.device to the workers: a CPU driver may submit GPU runs."""
-    path = Path(path)
-    if not path.is_file():
-        raise ConfigError(f"sweep spec not found: {path}")
-    text = path.read_text()
-    try:
-        spec = yaml.safe_load(text) or {}
-    except yaml.YAMLError as e:
-        raise ConfigError(f"{path}: not valid YAML: {e}") from None
-    if not isinstance(spec, dict):
-        raise ConfigError(f"{path}: a sweep spec is a mapping")
-    unknown = set(spec) - SPEC_KEYS
-    if unknown:
-        raise ConfigError(f"{path}: unknown sweep key(s) {sorted(unknown)}; valid: {sorted(SPEC_KEYS)}")
-    name = spec.get("name") or path.stem
-    seeds = spec.get("seeds", [0])
-    if isinstance(seeds, int):
-        seeds = list(range(seeds))
-    if not isinstance(seeds, list) or not seeds or not all(isinstance(s, int) and s >= 0 for s in seeds):
-        raise ConfigError(f"{path}: seeds must be a non-empty list of non-negative integers (or a count)")
-    if len(set(seeds)) != len(seeds):
-        raise ConfigError(f"{path}: seeds has duplicates: {seeds}")
-    common = spec.get("set") or {}
-    arms = spec.get("arms") or {"base": {}}
-    if isinstance(arms, list):  # [grpo, dapo] shorthand: arm name = preset name
-        arms = {a: {"objective": a} for a in arms}
-    if not isinstance(arms, dict) or not isinstance(common, dict):
-        raise ConfigError(f"{path}: 'arms' must be a mapping of arm name -> overrides and 'set' a mapping")
-    resources = spec.get("resources") or {}
-    if not isinstance(resources, dict) or set(resources) - RESOURCE_KEYS:
-        raise ConfigError(f"{path}: 'resources' must be a mapping with optional key(s) {sorted(RESOURCE_KEYS)}")
-    gpus = resources.get("gpus_per_run")
-    if gpus is not None:
-        gpus = check_gpus_per_run(gpus, f"{path}: resources.gpus_per_run")
-    grid = spec.get("grid") or {}
-    for k, vals in grid.items():
-        if not isinstance(vals, list) or not vals:
-            raise ConfigError(f"{path}: grid.{k} must be a non-empty list of values")
-    base = spec.get("base")
-    base_path = None
-    if base:
-        base_path = (path.parent / base) if not Path(base).is_absolute() else Path(base)
-        if not base_path.is_file():
-            raise ConfigError(f"{path}: base config {base!r} not found (looked at {base_path})")
+    """Read a sweep spec (sweep_spec.load_spec) and resolve the run config of every (arm, grid point, seed).
+    Raises ConfigError naming the problem. ``check_device=False`` (the Ray executor) leaves model.device to the
+    workers: a CPU driver may submit GPU runs."""
+    spec = load_spec(path)
     # absolute: Ray workers (and anything else) run elsewhere, and must write where sweep.json goes
-    out = Path(os.path.abspath(os.path.expanduser(out_dir or spec.get("out_dir") or "results/runs")))
-    sweep_dir = out / name
+    out = Path(os.path.abspath(os.path.expanduser(out_dir or spec.out_dir or "results/runs")))
+    return Sweep(spec, out, _expand(spec, out / spec.name, list(extra_overrides), check_device))
 
-    runs, arm_names = [], []
-    grid_keys = list(grid)
-    for arm, arm_over in arms.items():
-        if arm_over is None:
-            arm_over = {}
-        if not isinstance(arm_over, dict):
-            raise ConfigError(f"{path}: arms.{arm} must be a mapping of overrides")
-        for point in itertools.product(*(grid[k] for k in grid_keys)) if grid_keys else [()]:
-            label = arm
-            if point:
-                label += "-" + "-".join(f"{k.split('.')[-1]}={_fmt(v)}" for k, v in zip(grid_keys, point))
-            arm_names.append(label)
-            for seed in seeds:
-                over = [f"{k}={_yaml_value(v)}" for k, v in common.items()]
-                over += [f"{k}={_yaml_value(v)}" for k, v in arm_over.items()]
-                over += [f"{k}={_yaml_value(v)}" for k, v in zip(grid_keys, point)]
-                over += list(extra_overrides)
-                over += [f"seed={seed}", f"name={label}__s{seed}", f"out_dir={sweep_dir}"]
-                try:
-                    cfg = load_config(base_path, over, check_device=check_device)
-                except ConfigError as e:
-                    raise ConfigError(f"{path}: arm {label!r}, seed {seed}: {e}") from None
-                runs.append(RunSpec(label, seed, cfg))
-    if len(set(arm_names)) != len(arm_names):
-        raise ConfigError(f"{path}: arm names collide: {arm_names}")
-    from objbench.analysis.prereg import check_report_spec  # the report: section (analysis.prereg documents its keys)
-    try:
-        check_report_spec(spec.get("report"), arm_names)
-    except ValueError as e:
-        raise ConfigError(f"{path}: {e}") from None
-    spec_hash = hashlib.sha256(text.encode()).hexdigest()[:12]
-    return Sweep(name, path, spec, spec_hash, out, runs, arm_names, list(seeds), str(base) if base else None,
-                 gpus)
+
+def _expand(spec: SweepSpec, sweep_dir: Path, extra_overrides: list[str], check_device: bool) -> list[RunSpec]:
+    """One RunSpec per (arm, grid point, seed): set, then the arm's overrides, the grid point, the extra
+    overrides (the command line), and the run's seed, name and folder."""
+    runs = []
+    for label, arm_over, point in spec.arm_points():
+        for seed in spec.seeds:
+            over = [f"{k}={_yaml_value(v)}" for k, v in spec.set.items()]
+            over += [f"{k}={_yaml_value(v)}" for k, v in arm_over.items()]
+            over += [f"{k}={_yaml_value(v)}" for k, v in point.items()]
+            over += extra_overrides
+            over += [f"seed={seed}", f"name={label}__s{seed}", f"out_dir={sweep_dir}"]
+            try:
+                cfg = load_config(spec.base_path, over, check_device=check_device)
+            except ConfigError as e:
+                raise ConfigError(f"{spec.path}: arm {label!r}, seed {seed}: {e}") from None
+            runs.append(RunSpec(label, seed, cfg))
+    return runs
 
 
 def _yaml_value(v) -> str:
@@ -228,6 +168,10 @@ def _short(v) -> str:
     return s if len(s) <= 40 else s[:37] + "..."
 
 
+def _key(difference: str) -> str:
+    return difference.removesuffix(" (absent)")
+
+
 def _get(d, key: str):
     for part in key.split("."):
         d = d.get(part) if isinstance(d, dict) else None
@@ -237,12 +181,12 @@ def _get(d, key: str):
 def _compare(sw: Sweep, r: RunSpec) -> tuple[str, str, RunSpec]:
     """(state, why, run) of one run of the spec against its folder: state new | resume | done | changed.
 
-    out_dir is where a run lives, not what it is (experiments.train.LOCATION_KEYS): a moved sweep folder, or one
+    out_dir is where a run lives, not what it is (experiments.config.LOCATION_KEYS): a moved sweep folder, or one
     begun when sweeps wrote out_dir relative to the working directory, resumes or is kept as it is. Any other
     difference is "changed", also for a run that failed before its first checkpoint (which a single
     ``objbench train`` would move aside): a sweep never mixes old and new configs silently.
     """
-    from objbench.experiments.train import LOCATION_KEYS, _diff_keys, run_status
+    from objbench.experiments.run_folder import run_status
 
     try:
         state = run_status(r.cfg)[1]
@@ -253,8 +197,8 @@ def _compare(sw: Sweep, r: RunSpec) -> tuple[str, str, RunSpec]:
     run_dir = sw.sweep_dir / r.cfg.run_name
     old = yaml.safe_load((run_dir / "config.yaml").read_text()) or {}
     new = to_dict(r.cfg)
-    keys = [k for k in sorted(_diff_keys(old, new)) if k not in LOCATION_KEYS]
-    why = "; ".join(f"{k}: {_short(_get(old, k))} -> {_short(_get(new, k))}" for k in keys[:6])
+    keys = config_differences(old, r.cfg)  # a setting added to objbench later reads as its declared old value
+    why = "; ".join(f"{k}: {_short(_get(old, _key(k)))} -> {_short(_get(new, _key(k)))}" for k in keys[:6])
     if len(keys) > 6:
         why += f"; and {len(keys) - 6} more key(s)"
     return "changed", why, r
@@ -264,7 +208,7 @@ def check_existing(sw: Sweep) -> list[Conflict]:
     """Compare every run of the spec with what its folder holds, before anything is written or computed.
 
     Returns the run folders that do not belong to this spec: a folder whose config.yaml differs from the run's
-    resolved config (experiments.train.run_status would refuse it; the differing keys are named with old -> new
+    resolved config (experiments.run_folder.run_status would refuse it; the differing keys are named with old -> new
     values), and run folders the spec does not name. Changes nothing on disk; may give a RunSpec back the
     relative out_dir its folder was begun with (see _compare).
     """
@@ -380,7 +324,7 @@ def _warm_one(cfg: TrainConfig, threads: int) -> str:
     import torch
 
     from objbench.experiments.config import build_task
-    from objbench.experiments.train import warm_start
+    from objbench.experiments.warmstart import warm_start
 
     torch.set_num_threads(threads)
     warm_start(cfg, build_task(cfg))  # trains with a fixed thread count (rollout.sft.WARM_START_THREADS)
@@ -405,13 +349,13 @@ def _warm_label(i: int, n: int, runs: list[RunSpec]) -> str:
 
 
 def write_sweep_files(sw: Sweep, command: str):
-    from objbench.experiments.train import _git_commit
+    from objbench.experiments.provenance import git_commit
 
     sw.sweep_dir.mkdir(parents=True, exist_ok=True)
     (sw.sweep_dir / "sweep.yaml").write_text(sw.path.read_text())
     info = {"name": sw.name, "spec_hash": sw.spec_hash, "command": command, "arms": sw.arms,
-            "seeds": sw.seeds, "commit": _git_commit(), "base_config": sw.base, "spec_path": str(sw.path),
-            "report": sw.spec.get("report") or {}}
+            "seeds": sw.seeds, "commit": git_commit(), "base_config": sw.base, "spec_path": str(sw.path),
+            "report": sw.spec.report or {}}
     (sw.sweep_dir / "sweep.json").write_text(json.dumps(info, indent=1))
 
 

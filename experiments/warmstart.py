@@ -158,11 +158,10 @@ def warm_start_modules(task) -> tuple:
     import inspect
 
     from objbench.envs import base, tokenizer
-    from objbench.experiments import warmstart
     from objbench.rollout import bundle, decode, engine, fastlm, models, scoring, sft
 
     return (sft, models, scoring, fastlm, engine, bundle, decode, base, tokenizer, inspect.getmodule(type(task)),
-            warmstart)
+            sys.modules[__name__])
 
 
 def warm_start_code(task) -> str:

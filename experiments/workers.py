@@ -142,84 +142,111 @@ class _Worker:
         self.conn.close()
 
 
-def run_jobs(jobs: list[Job], envs: list[dict], *, on_start: Callable = None, on_end: Callable = None) -> list[Outcome]:
+def run_jobs(jobs: list[Job], envs: list[dict], *, on_start: Callable | None = None,
+             on_end: Callable | None = None) -> list[Outcome]:
     """Run ``jobs`` in at most ``len(envs)`` spawned worker processes; worker slot i runs with environment
     ``envs[i]`` added (its GPUs). Jobs start in list order once their ``after`` job succeeded. A job that raises,
     or whose worker dies, fails alone: its worker is replaced and the other jobs go on. Returns every outcome
     (in completion order); ``on_start(job)`` / ``on_end(outcome)`` are called as they happen.
     """
-    ctx = get_context("spawn")  # fresh interpreters: no torch thread pools or RNG state shared with the parent
-    ready = [j for j in jobs if j.after is None]
-    waiting = [j for j in jobs if j.after is not None]
-    free, idle, busy, outcomes = list(range(len(envs))), [], [], []
+    return _Pool(jobs, envs, on_start, on_end).run()
 
-    def spawn(slot: int) -> _Worker:
-        parent_end, child_end = ctx.Pipe()
-        proc = ctx.Process(target=_worker_main, args=(child_end, os.getpid(), envs[slot]),
-                           name=f"objbench-worker-{slot}")
+
+class _Pool:
+    """One run_jobs call. Jobs are ready (to start, in order) or waiting (for their ``after`` job); worker slots
+    are free (no process), idle (a process without a job) or busy."""
+
+    def __init__(self, jobs: list[Job], envs: list[dict], on_start: Callable | None, on_end: Callable | None):
+        self.ctx = get_context("spawn")  # fresh interpreters: no torch thread pools or RNG state shared with the parent
+        self.envs, self.on_start, self.on_end = envs, on_start, on_end
+        self.ready = [j for j in jobs if j.after is None]
+        self.waiting = [j for j in jobs if j.after is not None]
+        self.free: list[int] = list(range(len(envs)))
+        self.idle: list[_Worker] = []
+        self.busy: list[_Worker] = []
+        self.outcomes: list[Outcome] = []
+
+    def run(self) -> list[Outcome]:
+        try:
+            while self.ready or self.busy:
+                self._start_ready()
+                if not self.busy:
+                    break
+                self._wait()
+            while self.waiting:  # an `after` that names no job: a programming error, reported rather than hung
+                d = self.waiting.pop(0)
+                self._finish(Outcome(d, False, error=f"waits for an unknown job {d.after!r}"))
+        finally:  # idle workers are asked to exit, busy ones (Ctrl-C, an error here) are terminated
+            for w in self.idle + self.busy:
+                w.stop(10)
+        return self.outcomes
+
+    def _spawn(self, slot: int) -> _Worker:
+        parent_end, child_end = self.ctx.Pipe()
+        proc = self.ctx.Process(target=_worker_main, args=(child_end, os.getpid(), self.envs[slot]),
+                                name=f"objbench-worker-{slot}")
         proc.start()
         child_end.close()
         return _Worker(proc, parent_end, slot)
 
-    def finish(out: Outcome):
-        outcomes.append(out)
-        if on_end:
-            on_end(out)
-        for d in [d for d in waiting if d.after == out.job.name]:
-            waiting.remove(d)
-            if out.ok:
-                ready.append(d)
-            else:
-                finish(Outcome(d, False, error=f"its {out.job.name} failed: {out.error}", detail=out.detail))
+    def _start_ready(self):
+        """Hand the ready jobs, in order, to idle workers, then to new workers in free slots."""
+        while self.ready and (self.idle or self.free):
+            w = self.idle.pop(0) if self.idle else self._spawn(self.free.pop(0))
+            job = self.ready[0]
+            try:
+                w.conn.send((job.fn, job.args))
+            except (OSError, ValueError):  # an idle worker died: replace it, retry the job
+                w.stop(1)
+                self.free.append(w.slot)
+                continue
+            self.ready.pop(0)
+            w.job, w.t0 = job, time.time()
+            self.busy.append(w)
+            if self.on_start:
+                self.on_start(job)
 
-    try:
-        while ready or busy:
-            while ready and (idle or free):
-                w = idle.pop(0) if idle else spawn(free.pop(0))
-                job = ready[0]
-                try:
-                    w.conn.send((job.fn, job.args))
-                except (OSError, ValueError):  # an idle worker died: replace it, retry the job
-                    w.stop(1)
-                    free.append(w.slot)
-                    continue
-                ready.pop(0)
-                w.job, w.t0 = job, time.time()
-                busy.append(w)
-                if on_start:
-                    on_start(job)
-            if not busy:
-                break
-            handles = {w.conn: w for w in busy} | {w.proc.sentinel: w for w in busy}
-            for h in connection.wait(list(handles)):
-                w = handles[h]
-                if w not in busy:
-                    continue  # both of its handles fired
-                busy.remove(w)
-                msg = None
-                try:
-                    if w.conn.poll():
-                        msg = w.conn.recv()
-                except (EOFError, OSError):
-                    pass
-                job, secs = w.job, time.time() - w.t0
-                w.job = None
-                if msg is not None and msg[0] == "ok":
-                    idle.append(w)
-                    finish(Outcome(job, True, msg[1], seconds=secs))
-                    continue
-                if msg is not None:
-                    error, detail = msg[1], msg[2]
-                else:
-                    w.proc.join(10)
-                    error = detail = _exit_reason(w.proc.exitcode)
-                w.stop(10)  # a failed job may leave its process in a bad state (CUDA errors): a fresh one next
-                free.append(w.slot)
-                finish(Outcome(job, False, error=error, detail=detail, seconds=secs))
-        while waiting:  # an `after` that names no job: a programming error, reported rather than hung
-            d = waiting.pop(0)
-            finish(Outcome(d, False, error=f"waits for an unknown job {d.after!r}"))
-    finally:  # idle workers are asked to exit, busy ones (Ctrl-C, an error here) are terminated
-        for w in idle + busy:
-            w.stop(10)
-    return outcomes
+    def _wait(self):
+        """Wait until busy workers answer or die, and end their jobs."""
+        handles = {w.conn: w for w in self.busy} | {w.proc.sentinel: w for w in self.busy}
+        for h in connection.wait(list(handles)):
+            w = handles[h]
+            if w not in self.busy:
+                continue  # both of its handles fired
+            self.busy.remove(w)
+            self._end_job(w)
+
+    def _end_job(self, w: _Worker):
+        """The outcome of ``w``'s job: its reply, or how the worker ended. A worker whose job failed is stopped."""
+        msg = None
+        try:
+            if w.conn.poll():
+                msg = w.conn.recv()
+        except (EOFError, OSError):
+            pass
+        job, secs = w.job, time.time() - w.t0
+        w.job = None
+        if msg is not None and msg[0] == "ok":
+            self.idle.append(w)
+            self._finish(Outcome(job, True, msg[1], seconds=secs))
+            return
+        if msg is not None:
+            error, detail = msg[1], msg[2]
+        else:
+            w.proc.join(10)
+            error = detail = _exit_reason(w.proc.exitcode)
+        w.stop(10)  # a failed job may leave its process in a bad state (CUDA errors): a fresh one next
+        self.free.append(w.slot)
+        self._finish(Outcome(job, False, error=error, detail=detail, seconds=secs))
+
+    def _finish(self, out: Outcome):
+        """Record an outcome; the jobs waiting for it become ready, or fail too."""
+        self.outcomes.append(out)
+        if self.on_end:
+            self.on_end(out)
+        for d in [d for d in self.waiting if d.after == out.job.name]:
+            self.waiting.remove(d)
+            if out.ok:
+                self.ready.append(d)
+            else:
+                self._finish(Outcome(d, False, error=f"its {out.job.name} failed: {out.error}", detail=out.detail))

@@ -4,6 +4,7 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -74,12 +75,35 @@ def test_list_of_presets_and_seed_count(tmp_path):
     ("arms: [grpo]\nresources: {gpus: 1}\n", "resources"),
     ("arms: [grpo]\nresources: {gpus_per_run: 1.5}\n", "whole number"),
     ("arms: [grpo]\nresources: {gpus_per_run: -1}\n", "gpus_per_run"),
+    ("arms: {a: 3}\n", "arms.a must be a mapping"),
+    ("arms: [grpo]\ngrid: [1]\n", "'grid' must be a mapping"),
+    ("arms: [grpo]\ngrid: {log.wandb_project: [a b, ab]}\n", "arm names collide"),  # both wandb_project=ab
+    ("arms: [grpo]\nreport: {nope: 1}\n", "nope"),
+    ("name: 5\narms: [grpo]\n", "'name' must be a string"),
 ])
 def test_bad_specs_fail_before_any_run(tmp_path, body, needle):
     with pytest.raises(ConfigError, match=None) as e:
         load_sweep(_spec(tmp_path, body), out_dir=str(tmp_path / "out"))
     assert needle in str(e.value)
     assert not (tmp_path / "out").exists()
+
+
+def test_a_spec_is_a_frozen_dataclass_normalised_when_built(tmp_path):
+    from dataclasses import FrozenInstanceError
+
+    from objbench.experiments.sweep_spec import SPEC_KEYS, SweepResources, SweepSpec, load_spec
+
+    spec = load_spec(_spec(tmp_path, "arms: [ppo, gspo]\nseeds: 2\nresources: {gpus_per_run: 1}\n"))
+    assert spec.name == "s" and spec.seeds == (0, 1) and spec.resources == SweepResources(1.0)
+    assert spec.arms == {"ppo": {"objective": "ppo"}, "gspo": {"objective": "gspo"}} and spec.set == {}
+    assert len(spec.spec_hash) == 12 and spec.base is None and spec.base_path is None
+    with pytest.raises(FrozenInstanceError):
+        spec.seeds = (3,)
+    built = SweepSpec(tmp_path / "x.yaml", arms={"a": None}, grid={"train.steps": [3, 4]})
+    assert built.name == "x" and built.arms == {"a": {}} and built.seeds == (0,)
+    assert built.arm_labels == ["a-steps=3", "a-steps=4"]
+    assert built.arm_points()[1] == ("a-steps=4", {}, {"train.steps": 4})
+    assert "seedz" not in SPEC_KEYS and {"arms", "set", "grid", "resources", "report"} <= SPEC_KEYS
 
 
 def test_quickstart_spec_is_valid():
@@ -97,14 +121,15 @@ def test_killed_sweep_resumes_without_redoing_or_duplicating(tmp_path):
     sets = "\n".join(f"  {k}: {v}" for k, v in FAST.items())
     spec = _spec(tmp_path, f"name: k\nseeds: [0]\narms: [grpo, dr_grpo]\nset:\n{sets}\n")
     out = tmp_path / "out"
-    cmd = [sys.executable, "-m", "objbench.experiments.cli", "sweep", str(spec), "--out", str(out), "--workers", "1",
-           "--no-report"]
-    env = {**os.environ, "OBJBENCH_CACHE": str(tmp_path / "cache"), "OBJBENCH_CRASH_AT_STEP": "3"}
+    # the CLI, every run crashing hard after step 3 while OBJBENCH_TEST_CRASH_AT_STEP is set (tests/crash_run.py)
+    cmd = [sys.executable, str(Path(__file__).with_name("crash_run.py")), "sweep", str(spec), "--out", str(out),
+           "--workers", "1", "--no-report"]
+    env = {**os.environ, "OBJBENCH_CACHE": str(tmp_path / "cache"), "OBJBENCH_TEST_CRASH_AT_STEP": "3"}
     p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
     assert p.returncode != 0  # the first run died after logging step 3 (checkpoint at step 2)
     first = out / "k" / "grpo__s0"
     assert not (first / "done").exists() and len(_rows(first / "metrics.jsonl")) == 3
-    env.pop("OBJBENCH_CRASH_AT_STEP")
+    env.pop("OBJBENCH_TEST_CRASH_AT_STEP")
     p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
     assert p.returncode == 0, p.stderr[-3000:]
     for arm in ("grpo", "dr_grpo"):

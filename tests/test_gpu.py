@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import math
+from pathlib import Path
 
 import pytest
 import torch
@@ -127,8 +128,9 @@ def test_model_folder_trains_and_resumes_on_cuda(tmp_path, toy_model, dtype):
             "sft.steps=40", "rollout.completions_per_step=32", "train.eval_size=16", "train.eval_samples=2",
             "train.eval_every=2", "train.checkpoint_every=2", "train.steps=5", f"out_dir={tmp_path}"]
     cmd = [sys.executable, "-m", "objbench.experiments.cli", "train", "--quiet", *base, "name=r"]
-    p = subprocess.run(cmd, env={**os.environ, "OBJBENCH_CRASH_AT_STEP": "3"}, capture_output=True, text=True,
-                       timeout=600)
+    crash = [sys.executable, str(Path(__file__).with_name("crash_run.py")), *cmd[3:]]  # hard crash after step 3
+    p = subprocess.run(crash, env={**os.environ, "OBJBENCH_TEST_CRASH_AT_STEP": "3"}, capture_output=True,
+                       text=True, timeout=600)
     assert p.returncode == 3, p.stderr[-2000:]
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     assert p.returncode == 0, p.stderr[-2000:]

@@ -2,6 +2,7 @@
 and from a folder that has its own experiments/ and analysis/, `import objbench.experiments` finds ours while
 `import experiments` finds the user's."""
 
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -14,8 +15,12 @@ ROOT = Path(__file__).resolve().parent.parent
 
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory):
-    out = tmp_path_factory.mktemp("wheel")
-    p = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(out), str(ROOT)],
+    out, src = tmp_path_factory.mktemp("wheel"), tmp_path_factory.mktemp("src")
+    for name in ("pyproject.toml", "README.md", "LICENSE"):  # a copy: building writes build/ beside the sources
+        shutil.copy(ROOT / name, src / name)
+    for name in ("objbench", "algos", "envs", "rollout", "experiments", "analysis"):
+        shutil.copytree(ROOT / name, src / name, ignore=shutil.ignore_patterns("__pycache__"))
+    p = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(out), str(src)],
                        capture_output=True, text=True, timeout=600)
     if p.returncode != 0 and "Could not find a version" in p.stderr + p.stdout:
         pytest.skip("no package index to fetch the build backend from")

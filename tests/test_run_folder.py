@@ -4,6 +4,7 @@ that never let two different configurations share a folder."""
 import pytest
 import yaml
 
+import objbench.experiments.config as C
 import objbench.experiments.run_folder as RF
 from objbench.experiments.config import ConfigError, load_config, to_yaml
 from objbench.experiments.errors import RunFolderError
@@ -68,6 +69,7 @@ def test_a_whole_top_level_section_added_later(tmp_path, monkeypatch):
         return {**declared(task_name), "log.ref_kl": True, "log.wandb": False, "log.wandb_project": "objbench"}
 
     monkeypatch.setattr(RF, "absent_values", with_log_section)
+    monkeypatch.setattr(C, "absent_values", with_log_section)
     assert run_status(cfg)[1] == "done"
     with pytest.raises(ConfigError, match=r"log\.ref_kl"):
         run_status(load_config(None, [f"out_dir={tmp_path}", "name=r", "log.ref_kl=false"]))

@@ -2,9 +2,10 @@
 
 The cluster runs from another working directory, with another HOME and without the driver's PYTHONPATH or
 OBJBENCH_* variables, so the test sees what a cluster would get wrong: relative output folders, a warm-start
-cache that is not passed on, code the workers cannot import. One arm crashes its worker (the test hook
-OBJBENCH_CRASH_AT_STEP, reached only by the longer arm); the other must finish, with a report and the failure
-listed. Skipped when Ray is not installed (pip install 'objbench[ray]'); takes about 1.5 minutes on 2 cores.
+cache that is not passed on, code the workers cannot import. One arm crashes its worker (tests/crash_hook's
+sitecustomize installs tests/crash_run.py's callback in every worker: OBJBENCH_TEST_CRASH_AT_STEP travels with
+the other OBJBENCH_* variables, the hook folder with PYTHONPATH; reached only by the longer arm); the other must
+finish, with a report and the failure listed. Skipped when Ray is not installed (pip install 'objbench[ray]'); takes about 1.5 minutes on 2 cores.
 """
 
 import json
@@ -73,8 +74,8 @@ def test_ray_sweep_on_a_cluster_finishes_the_good_run_and_lists_the_failed_one(t
         {"name": "f", "seeds": [0], "set": TINY, "arms": {"good": {"train.steps": 2}, "bad": {"train.steps": 4}}},
         sort_keys=False))
     cache = tmp_path / "cache"
-    env = {**os.environ, "RAY_ADDRESS": address, "OBJBENCH_CACHE": str(cache), "OBJBENCH_CRASH_AT_STEP": "3",
-           "PYTHONPATH": str(REPO)}
+    env = {**os.environ, "RAY_ADDRESS": address, "OBJBENCH_CACHE": str(cache), "OBJBENCH_TEST_CRASH_AT_STEP": "3",
+           "PYTHONPATH": os.pathsep.join([str(REPO), str(REPO / "tests" / "crash_hook")])}
     cmd = [sys.executable, "-m", "objbench.experiments.cli", "sweep", "f.yaml", "--out", "out", "--executor", "ray"]
     p = subprocess.run(cmd, cwd=driver, env=env, capture_output=True, text=True, timeout=600)
     assert p.returncode == 1, p.stdout[-3000:] + p.stderr[-3000:]

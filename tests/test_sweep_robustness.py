@@ -20,6 +20,7 @@ import yaml
 from objbench.experiments.cli import main
 from objbench.experiments.config import ConfigError, ModelConfig, TrainConfig
 from objbench.experiments.sweep import RunSpec, Sweep, _gpu_slots, load_sweep, resolve_gpus, run_sweep
+from objbench.experiments.sweep_spec import SweepResources, SweepSpec
 from objbench.experiments.train import NONDETERMINISTIC_KEYS
 from objbench.experiments.workers import Job, run_jobs
 from sweep_probe import probe
@@ -27,6 +28,7 @@ from sweep_probe import probe
 TINY = {"sft.steps": 20, "sft.batch_size": 32, "rollout.completions_per_step": 16, "train.eval_size": 6,
         "train.eval_samples": 2, "train.eval_every": 2, "train.checkpoint_every": 2}
 STEPS = 6  # long enough that the kill below lands inside a run
+CRASH_RUN = str(Path(__file__).with_name("crash_run.py"))  # the CLI, every run crashing hard after a given step
 
 
 def _write_spec(path: Path, arms, steps=STEPS, name="k", **extra) -> Path:
@@ -90,7 +92,8 @@ def test_runs_never_share_a_gpu_slot():
 
 def _sweep_with(devices, gpus=None) -> Sweep:
     runs = [RunSpec("a", 0, TrainConfig(model=ModelConfig(device=d))) for d in devices]
-    return Sweep("s", Path("s.yaml"), {}, "h", Path("/o"), runs, ["a"], [0], None, gpus)
+    spec = SweepSpec(Path("s.yaml"), arms={"a": {}}, resources=SweepResources(gpus), spec_hash="h")
+    return Sweep(spec, Path("/o"), runs)
 
 
 def test_gpus_per_run_defaults_and_checks():
@@ -232,7 +235,7 @@ def test_an_edited_spec_is_refused_before_any_compute_and_rerun_changed_sets_old
 
 def test_moved_folders_keep_finished_runs_and_relative_out_dirs_resume_in_place(tmp_path, reference, monkeypatch):
     from objbench.experiments.sweep import check_existing, run_state
-    from objbench.experiments.train import run_status
+    from objbench.experiments.run_folder import run_status
 
     spec, ref_dir = reference
     sweep_dir = tmp_path / "out" / "k"
@@ -256,21 +259,21 @@ def test_moved_folders_keep_finished_runs_and_relative_out_dirs_resume_in_place(
 # ------------------------------------------------------------------------------------------------ failed runs
 
 
-def test_a_failed_run_leaves_the_others_a_report_a_failure_list_and_exit_1(tmp_path, cache, monkeypatch, capsys):
-    monkeypatch.setenv("OBJBENCH_CACHE", cache)
-    monkeypatch.setenv("OBJBENCH_CRASH_AT_STEP", "3")  # the test hook: only runs longer than 3 steps reach it
+def test_a_failed_run_leaves_the_others_a_report_a_failure_list_and_exit_1(tmp_path, cache):
     spec = tmp_path / "f.yaml"
     spec.write_text(yaml.safe_dump({"name": "f", "seeds": [0], "set": {**TINY, "objective": "grpo"},
                                     "arms": {"good": {"train.steps": 2}, "bad": {"train.steps": 4}}},
                                    sort_keys=False))
-    rc = main(["sweep", str(spec), "--out", str(tmp_path / "out"), "--workers", "2"])
-    cap = capsys.readouterr()
-    assert rc == 1
-    last = cap.err.strip().splitlines()[-1]
-    assert last.startswith("objbench: sweep f: 1 of 2 runs failed (bad__s0") and "Traceback" not in cap.err
-    assert "FAILED bad__s0: worker exited with code 3" in cap.out
-    assert "warm start 1/1 (seed 0: good__s0, bad__s0): started" in cap.out
-    assert "warm start 1/1 (seed 0: good__s0, bad__s0): ready in" in cap.out
+    # every worker crashes hard after step 3 (tests/crash_run.py): only the longer run reaches it
+    env = {**os.environ, "OBJBENCH_CACHE": cache, "OBJBENCH_TEST_CRASH_AT_STEP": "3"}
+    cap = subprocess.run([sys.executable, CRASH_RUN, "sweep", str(spec), "--out", str(tmp_path / "out"),
+                          "--workers", "2"], env=env, capture_output=True, text=True, timeout=600)
+    assert cap.returncode == 1, cap.stderr[-3000:]
+    last = cap.stderr.strip().splitlines()[-1]
+    assert last.startswith("objbench: sweep f: 1 of 2 runs failed (bad__s0") and "Traceback" not in cap.stderr
+    assert "FAILED bad__s0: worker exited with code 3" in cap.stdout
+    assert "warm start 1/1 (seed 0: good__s0, bad__s0): started" in cap.stdout
+    assert "warm start 1/1 (seed 0: good__s0, bad__s0): ready in" in cap.stdout
     sweep_dir = tmp_path / "out" / "f"
     fails = json.loads((sweep_dir / "failures.json").read_text())
     assert [(f["run"], f["error"], f["last_step"]) for f in fails] == [("bad__s0", "worker exited with code 3", 3)]
