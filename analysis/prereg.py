@@ -290,14 +290,16 @@ def parse_plan(report: dict | None, arms: Sequence[str] | None = None, primary: 
     return Plan(tuple(endpoints), comparisons, float(alpha), int(min_seeds))
 
 
+# the studies whose report section analysis/studies.py writes (named by a spec's report.study)
+STUDIES = ("length_bias", "difficulty_bias", "kl_estimators", "off_policy")
+
+
 def check_report_spec(report: Any, arms: Sequence[str] | None = None) -> None:
     """Validate a sweep spec's ``report:`` section when the spec is loaded (before any run): raises ValueError
-    with the problem. The study name is checked against ``analysis.studies.STUDIES``."""
+    with the problem. The study name is checked against ``STUDIES`` (each has a section in analysis/studies.py)."""
     plan_input = report if report is not None else {}
     parse_plan(plan_input, arms)
     if isinstance(report, dict) and "study" in report:
-        from objbench.analysis.studies import STUDIES
-
         if report["study"] not in STUDIES:
             raise ValueError(f"report.study {report['study']!r} is not one of {', '.join(STUDIES)}")
 

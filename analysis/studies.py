@@ -30,10 +30,9 @@ import numpy as np
 import pandas as pd
 
 from objbench.analysis.inference import compare_exploratory
-from objbench.analysis.prereg import Endpoint, Window, paired_differences, per_run_values
+from objbench.analysis.prereg import STUDIES, Endpoint, Window, paired_differences, per_run_values
 from objbench.analysis.stats import mean_ci
 
-STUDIES = ("length_bias", "difficulty_bias", "kl_estimators", "off_policy")
 NEEDS_SAMPLES = frozenset({"length_bias"})
 """Studies that read samples.jsonl; their report's data folder carries the sample counts (samples.csv.gz)."""
 START = (1, 20)      # steps of the "start" window

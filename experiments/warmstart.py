@@ -154,14 +154,17 @@ def warm_start(cfg: TrainConfig, task, codec: Codec | None = None, cache_dir=Non
 def warm_start_modules(task) -> tuple:
     """The modules whose code a built-in warm start runs: the SFT loop, model construction, the forward it trains
     through, generation for the competence check, tokenizer and codec, decoding, the task's own module and this
-    file. tests/test_warm_start_key.py checks that this file imports objbench code from nowhere else."""
+    file. tests/test_warm_start_key.py checks that these modules import objbench code from nowhere else (but
+    settings, and the vLLM engine, which a warm start never builds)."""
     import inspect
 
+    from objbench.algos import entropy, row_counts
     from objbench.envs import base, tokenizer
-    from objbench.rollout import bundle, decode, engine, fastlm, models, scoring, sft
+    from objbench.rollout import bundle, decode, engine, fastlm, generation, models, scoring, sft
 
-    return (sft, models, scoring, fastlm, engine, bundle, decode, base, tokenizer, inspect.getmodule(type(task)),
-            sys.modules[__name__])
+    masks = inspect.getmodule(row_counts)  # algos/_checks.py: the mask helpers that entropy uses
+    return (sft, models, scoring, fastlm, engine, generation, bundle, decode, entropy, masks, base, tokenizer,
+            inspect.getmodule(type(task)), sys.modules[__name__])
 
 
 def warm_start_code(task) -> str:

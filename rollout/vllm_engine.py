@@ -41,7 +41,7 @@ import weakref
 
 import torch
 
-from objbench.rollout.engine import Generation, SamplingParams
+from objbench.rollout.generation import Generation, SamplingParams
 from objbench.rollout.models import head_dim
 
 # vLLM 0.32's CPU attention backend (CPUAttentionBackend.get_supported_head_sizes); anything else fails at

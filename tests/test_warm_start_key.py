@@ -1,5 +1,5 @@
 """The warm start's code fingerprint: any edit to the code changes it, moving code unchanged between the hashed
-modules does not, and the warm-start file imports objbench code only from the modules it hashes."""
+modules does not, and the hashed modules import objbench code only from each other."""
 
 import ast
 import importlib.util
@@ -8,6 +8,18 @@ import inspect
 from objbench.experiments import warmstart
 from objbench.experiments.config import build_task, load_config
 from objbench.rollout.code_fingerprint import code_fingerprint
+
+
+def _defined_in(module: str, name: str) -> str:
+    """Where `from module import name` takes its code from: the submodule module.name, or the module that defines
+    the function or class (a package re-exports names of its modules), or module itself for other values."""
+    try:
+        if importlib.util.find_spec(f"{module}.{name}") is not None:
+            return f"{module}.{name}"
+    except ModuleNotFoundError:
+        pass
+    home = inspect.getmodule(getattr(importlib.import_module(module), name))
+    return home.__name__ if home is not None else module
 
 F = '''def f(x):
     """Doubles."""
@@ -34,9 +46,10 @@ def _modules(tmp_path, tag, a_src, b_src):
 def test_moving_a_function_between_hashed_modules_keeps_the_key(tmp_path):
     together = code_fingerprint(*_modules(tmp_path, "t", HEADER + F + G, HEADER))
     moved = code_fingerprint(*_modules(tmp_path, "m", HEADER + F, '"""Module doc."""\n' + G))
-    # the import of objbench code moves with it: an import of objbench code names a place, not code
-    moved_import = code_fingerprint(*_modules(tmp_path, "i", HEADER + "from objbench.experiments.warmstart import warm_start\n" + F,
-                                              "from objbench.rollout.sft import sft_train\n" + G))
+    # an import of objbench code moves with the code: it names a place, not code
+    imports = ("from objbench.experiments.warmstart import warm_start\n",
+               "from objbench.rollout.sft import sft_train\n")
+    moved_import = code_fingerprint(*_modules(tmp_path, "i", HEADER + imports[0] + F, imports[1] + G))
     assert together == moved == moved_import
 
 
@@ -50,17 +63,19 @@ def test_any_edit_of_the_code_changes_the_key_and_docs_do_not(tmp_path):
     assert docs == base
 
 
-def test_the_warm_start_file_imports_objbench_code_only_from_hashed_modules():
-    cfg = load_config(None, [])
-    hashed = {m.__name__ for m in warmstart.warm_start_modules(build_task(cfg))}
-    # settings and the key's own computation: no code of theirs runs in the warm start
-    data_only = {"objbench.envs", "objbench.experiments.config", "objbench.experiments.errors",
-                 "objbench.rollout.code_fingerprint"}
-    for node in ast.walk(ast.parse(inspect.getsource(warmstart))):
-        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("objbench"):
-            for alias in node.names:  # `from objbench.x import y`: module x, or submodule x.y
-                name = f"{node.module}.{alias.name}"
-                assert name in hashed or node.module in hashed | data_only, name
+def test_the_hashed_modules_import_objbench_code_only_from_each_other():
+    """Code that a hashed module calls lives in a hashed module: moving a function out of the set (where an edit of
+    it would no longer retrain the warm start) fails here."""
+    hashed = {m.__name__: m for m in warmstart.warm_start_modules(build_task(load_config(None, [])))}
+    # settings (their values are in the key), the key's own computation, and an engine a warm start never builds
+    outside = {"objbench.envs", "objbench.experiments.config", "objbench.experiments.errors",
+               "objbench.rollout.code_fingerprint", "objbench.rollout.vllm_engine"}
+    for name, module in hashed.items():
+        for node in ast.walk(ast.parse(inspect.getsource(module))):
+            if isinstance(node, ast.ImportFrom) and node.level == 0 and (node.module or "").startswith("objbench"):
+                for alias in node.names:
+                    target = _defined_in(node.module, alias.name)
+                    assert target in hashed or target in outside, f"{name} imports {target}"
 
 
 def test_the_default_key_is_deterministic_and_covers_the_task_module():
