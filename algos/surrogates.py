@@ -24,7 +24,8 @@ sapo       -(4 / tau) sigmoid(tau (r - 1)) A,  tau = tau_pos if A > 0 else tau_n
 
 ppo_clip -- Schulman et al. 2017 (arXiv 1707.06347, eq. 7), decoupled bounds as DAPO's clip-higher (Yu et
     al. 2025, arXiv 2503.14476, sec. 3.1), dual clip (Ye et al. 2020, arXiv 1912.09729; verl
-    ``clip_ratio_c``, TRL ``delta``). Every preset uses it; its arithmetic is exactly that of
+    ``clip_ratio_c``, for A < 0 only; TRL's ``delta`` caps the ratio for both signs of A and equals it only when
+    delta >= 1 + eps_high, see docs/frameworks.md). Every preset uses it; its arithmetic is exactly that of
     ``policy_loss`` before the registry existed (tests/test_algos_pins.py). All ratio levels.
 
 cispo -- MiniMax-M1 (Chen et al. 2025, arXiv 2506.13585, eqs. 4-5): the objective is
