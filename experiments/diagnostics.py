@@ -9,8 +9,8 @@ Two kinds, each a registry of name -> function:
     MINIBATCH_DIAGNOSTICS[name](mb: MinibatchView) -> {metric: 0-dim tensor or float}
         after each optimizer step, on the scores of that minibatch's forward; a key's values are reduced over the
         step's optimizer steps like the loss metrics (``metrics.reduce``: mean, or max/min for *_max/*_min), and
-        the tensors are read with the loss metrics' device sync. Keys written with ``SUMMED_PREFIX`` are summed
-        over the minibatches instead: ``(numerators, denominator)``, divided once at the end (``finish_summed``).
+        the tensors are read with the loss metrics' device sync. A ``Summed`` value is summed over the
+        minibatches instead, and divided once at the end (``finish_summed``).
 """
 
 from __future__ import annotations
@@ -30,7 +30,16 @@ from objbench.rollout.scoring import Scored
 
 BATCH_DIAGNOSTICS = Registry("batch diagnostic", "(step: StepView) -> dict[str, float]")
 MINIBATCH_DIAGNOSTICS = Registry("minibatch diagnostic", "(mb: MinibatchView) -> dict[str, tensor | float]")
-SUMMED_PREFIX = "sum:"
+
+
+@dataclass
+class Summed:
+    """Metrics that are ratios over the step's minibatches: each minibatch adds ``numerators`` ((K,) tensor, one per
+    name) and ``denominator``; the step logs name_i = sum of numerator_i / sum of denominators."""
+
+    names: tuple[str, ...]
+    numerators: torch.Tensor
+    denominator: torch.Tensor
 
 
 @dataclass
@@ -65,22 +74,21 @@ def batch_diagnostics(step: StepView) -> dict:
 
 
 def minibatch_diagnostics(mb: MinibatchView) -> tuple[dict, dict]:
-    """(values to reduce with the loss metrics, {summed key: (numerators, denominator)})."""
+    """(values to reduce with the loss metrics, {key: Summed})."""
     out: dict = {}
     for name in MINIBATCH_DIAGNOSTICS.names():
         out.update(MINIBATCH_DIAGNOSTICS.get(name)(mb))
-    summed = {k: out.pop(k) for k in [k for k in out if k.startswith(SUMMED_PREFIX)]}
-    return out, summed
+    summed = {k: v for k, v in out.items() if isinstance(v, Summed)}
+    return {k: v for k, v in out.items() if k not in summed}, summed
 
 
 def finish_summed(parts: dict) -> dict:
-    """{summed key: [(numerators (K,), denominator), ...]} -> {metric: sum of numerators / sum of denominators}."""
+    """{key: [Summed of each minibatch, ...]} -> {name: sum of its numerators / sum of the denominators}."""
     m = {}
-    for key, pieces in parts.items():
-        names = key[len(SUMMED_PREFIX):].split(",")
-        nums = [x.tolist() for x, _ in pieces]
-        den = sum(float(n) for _, n in pieces)
-        for i, name in enumerate(names):
+    for pieces in parts.values():
+        nums = [p.numerators.tolist() for p in pieces]
+        den = sum(float(p.denominator) for p in pieces)
+        for i, name in enumerate(pieces[0].names):
             num = sum(part[i] for part in nums)
             m[name] = num / den if den else float("nan")
     return m
@@ -197,5 +205,5 @@ def _reference_kl(mb: MinibatchView) -> dict:
         return {}
     rev, fwd = KL.exact_kl_both_from_log_probs(mb.scores.log_probs, mb.ref.log_probs)
     per_token = [rev, fwd, *KL.value_estimates(mb.scores.logp, mb.ref.logp)]  # exact, then k1, k2, k3
-    return {f"{SUMMED_PREFIX}kl/exact,kl/exact_fwd,kl/k1,kl/k2,kl/k3":
-            ((torch.stack(per_token) * mb.gen_mask).sum((-2, -1)), mb.gen_mask.sum())}
+    return {"reference_kl": Summed(("kl/exact", "kl/exact_fwd", "kl/k1", "kl/k2", "kl/k3"),
+                                   (torch.stack(per_token) * mb.gen_mask).sum((-2, -1)), mb.gen_mask.sum())}

@@ -56,10 +56,9 @@ def undeclared_missing_sections(old: dict, cfg: TrainConfig) -> list[str]:
     """Top-level sections of ``cfg`` that ``old`` lacks although not all their settings were added later: a
     config.yaml cut off while it was written (or not an objbench config at all)."""
     declared = absent_values(cfg.task.get("name"))
-    return [sec for sec in to_dict(cfg) if sec not in old
-            and not all(k in declared for k in flat_dict({sec: to_dict(cfg)[sec]}))]
-
-
+    now = flat_dict(to_dict(cfg))
+    missing = {k.split(".")[0] for k in now} - set(old)
+    return sorted(sec for sec in missing if any(k.split(".")[0] == sec and k not in declared for k in now))
 
 
 def prepare_run_dir(cfg: TrainConfig) -> tuple[Path, str]:
