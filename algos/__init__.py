@@ -15,6 +15,7 @@ Public API
                       eps_low_is=None, eps_high_is=0.28, tau_pos=1.0, tau_neg=1.05)
     algos.aggregate(loss_mat, mask, mode, max_len=None)          # the function (module: algos/aggregate.py)
     algos.aggregate_many(loss_mats, mask, mode, max_len=None)    # (K, B, T) under one mask -> (K,)
+    algos.micro_batch_weights(mask, mode, blocks)                 # gradient accumulation with global normalisers
     algos.advantages.{gae, whiten, value_loss, group_relative, rloo, hybrid, group_stats}
     algos.kl.{estimate, exact_kl}; algos.entropy.token_entropy
     algos.filters.{dynamic_sampling_keep, overlong_penalty, overlong_filter, top_fraction_keep,
@@ -39,7 +40,8 @@ from objbench.algos import registry  # noqa: I001
 from objbench.algos import aggregate as _aggregate_module  # noqa: F401
 from objbench.algos import schedules, groups  # noqa: F401
 from objbench.algos import advantages, entropy, filters, kl, policy, surrogates  # noqa: F401
-from objbench.algos.aggregate import aggregate, aggregate_many  # the function shadows the submodule name on purpose
+# the function shadows the submodule name on purpose
+from objbench.algos.aggregate import aggregate, aggregate_many, micro_batch_weights
 from objbench.algos.policy import policy_loss
 from objbench.algos._checks import row_counts  # (B,) response lengths >= 1 and the non-empty row count, memoised per mask
 from objbench.algos.config import (
@@ -67,6 +69,7 @@ from objbench.algos.schedules import objective_at
 __all__ = [
     "aggregate",
     "aggregate_many",
+    "micro_batch_weights",
     "advantages",
     "entropy",
     "filters",

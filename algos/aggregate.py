@@ -46,7 +46,7 @@ import torch
 from objbench.algos._checks import as_mask, check_float, complement, row_counts, valid_count
 from objbench.algos.registry import AGGREGATION_MODES
 
-__all__ = ["aggregate", "aggregate_many", "AGGREGATION_MODES"]
+__all__ = ["aggregate", "aggregate_many", "micro_batch_weights", "AGGREGATION_MODES"]
 
 
 # The modes below reduce over the trailing (B, T) dimensions only, so a (K, B, T) loss under one (B, T) mask gives
@@ -98,6 +98,45 @@ def seq_mean_token_sum_norm(loss_mat: torch.Tensor, mask: torch.Tensor, max_len:
 seq_mean_token_sum_norm.reads = ("max_len",)
 for _mode in (token_mean, seq_mean_token_mean, seq_mean_token_sum, seq_mean_token_sum_norm):
     _mode.stackable = True  # reduces over the trailing (B, T) dimensions only: aggregate_many calls it once
+
+
+def _token_count(mask: torch.Tensor) -> float:
+    return float(mask.sum())
+
+
+def _row_count(mask: torch.Tensor) -> float:
+    return float((mask.sum(-1) > 0).sum())
+
+
+# ``mode.divisor_count(mask)``: the (unclamped) count a mode divides by, the token count or the number of non-empty
+# rows (L of seq_mean_token_sum_norm is a constant and cancels). Every built-in mode is a sum over rows divided by it,
+# so a batch split into row blocks aggregates to sum_k aggregate(block_k) * count(block_k) / count(batch):
+# micro_batch_weights. A registered mode without divisor_count cannot be split.
+token_mean.divisor_count = _token_count
+for _mode in (seq_mean_token_mean, seq_mean_token_sum, seq_mean_token_sum_norm):
+    _mode.divisor_count = _row_count
+
+
+def micro_batch_weights(mask: torch.Tensor, mode: str, blocks: list) -> list[float]:
+    """Weights w_k with ``aggregate(x, mask) == sum_k w_k * aggregate(x[b_k], mask[b_k])`` for row blocks b_k
+    (slices or index tensors) that partition the batch: w_k = count(mask[b_k]) / count(mask), where count is what
+    the mode divides by (valid tokens for token_mean, non-empty rows for the seq_mean modes). The normaliser stays
+    global over the batch, so gradient accumulation over micro-batches gives the full batch's loss and gradient
+    (to rounding). A block with nothing valid gets weight 0 (its aggregate is 0 anyway); so does every block of an
+    all-masked batch.
+
+    Worked example (token_mean): rows with 2 and 1 valid tokens, losses [1, 3] and [5]: full = (1+3+5)/3 = 3;
+    blocks [row 0], [row 1] give 2 and 5 with weights 2/3 and 1/3: 2*2/3 + 5/3 = 3."""
+    if mode not in AGGREGATION_MODES:
+        raise ValueError(f"mode must be one of {list(AGGREGATION_MODES.names())}, got {mode!r}")
+    count = getattr(AGGREGATION_MODES.get(mode), "divisor_count", None)
+    if count is None:
+        raise ValueError(f"aggregation mode {mode!r} does not declare divisor_count (what it divides by), so its loss "
+                         f"cannot be split into micro-batches; set train.micro_batch_size=0 or give the mode a "
+                         f"divisor_count(mask) -> float")
+    mask = as_mask(mask)
+    total = count(mask)
+    return [count(mask[b]) / total if total > 0 else 0.0 for b in blocks]
 
 
 def aggregate(loss_mat: torch.Tensor, mask: torch.Tensor, mode: str, max_len: Optional[int] = None) -> torch.Tensor:

@@ -1,4 +1,5 @@
-"""Checkpoints: weights (safetensors), optimizer, RNG and loop state, written atomically to checkpoints/last."""
+"""Checkpoints: weights (safetensors), optimizer and its learning-rate schedule, RNG and loop state, written
+atomically to checkpoints/last."""
 
 from __future__ import annotations
 
@@ -20,6 +21,8 @@ def save_checkpoint(run_dir: Path, s: Setup, opt, critic_opt, state: LoopState):
     tmp.mkdir(parents=True)
     s.policy.save_pretrained(tmp / "policy")  # safetensors
     torch.save(opt.state_dict(), tmp / "optimizer.pt")
+    if s.lr_schedule is not None:  # optim.lr_schedule / warmup_steps: where the schedule stands
+        torch.save(s.lr_schedule.state_dict(), tmp / "lr_schedule.pt")
     if s.critic is not None:
         from safetensors.torch import save_file
         save_file({k: v.contiguous() for k, v in s.critic.state_dict().items()}, tmp / "critic.safetensors")
@@ -54,6 +57,8 @@ def _load_checkpoint(last: Path, s: Setup, opt, critic_opt) -> LoopState:
     pol = type(s.policy).from_pretrained(last / "policy", dtype=next(s.policy.parameters()).dtype)
     s.policy.load_state_dict(pol.state_dict())
     opt.load_state_dict(torch.load(last / "optimizer.pt", weights_only=True, map_location=s.device))
+    if s.lr_schedule is not None:  # after the optimizer's: its param groups hold the learning rate in effect
+        s.lr_schedule.load_state_dict(torch.load(last / "lr_schedule.pt", weights_only=True))
     if s.critic is not None:
         s.critic.load_state_dict(load_file(last / "critic.safetensors"))
         critic_opt.load_state_dict(torch.load(last / "critic_optimizer.pt", weights_only=True,

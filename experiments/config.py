@@ -190,6 +190,12 @@ class RolloutConfig:
     """the budget unit shared by all arms: prompts per step = completions_per_step / objective.group_size"""
     temperature: float = 1.0
     top_p: float = 1.0
+    top_k: int = field(default=0, metadata=added_later(0))
+    """sample among the top_k most probable tokens only (then top_p over them, renormalised); 0 = off. The
+    behaviour log-probs stay those of the untruncated distribution (rollout/engine.py)"""
+    stop: list[str] = field(default_factory=list, metadata=added_later([]))
+    """stop strings: a response ends (not truncated) at the first token whose decoding makes its text contain one;
+    that token stays in the response, nothing after it; training and held-out sampling alike. Empty = none"""
     max_new_tokens: int = 0
     """0 = the task's longest reference answer + EOS + 6 tokens of headroom"""
     engine: str = "hf"
@@ -222,6 +228,11 @@ class RolloutConfig:
         check_temperature(self.temperature, self.temperature_schedule, self.temperature_control)
         if not 0 < self.top_p <= 1:
             raise ConfigError(f"rollout.top_p must be in (0, 1], got {self.top_p}")
+        if isinstance(self.top_k, bool) or not isinstance(self.top_k, int) or self.top_k < 0:
+            raise ConfigError(f"rollout.top_k must be an int >= 0 (0 = off), got {self.top_k!r}")
+        if isinstance(self.stop, str) or not all(isinstance(x, str) and x for x in self.stop):
+            raise ConfigError(f"rollout.stop must be a list of non-empty strings, got {self.stop!r}")
+        object.__setattr__(self, "stop", list(self.stop))
         _positive("rollout.max_new_tokens", self.max_new_tokens, allow_zero=True)
         _choice("rollout.engine", self.engine, tuple(ENGINES))
         _choice("rollout.chat_template", self.chat_template, ("auto", "none"))
@@ -244,6 +255,9 @@ class RolloutConfig:
             if not self.vllm.recompute_logp and self.top_p < 1:
                 raise ConfigError("rollout.vllm.recompute_logp=false needs rollout.top_p=1: vLLM's log-probs are "
                                   "renormalised over the top-p nucleus, the loop's old log-probs are not")
+            if not self.vllm.recompute_logp and self.top_k:
+                raise ConfigError("rollout.vllm.recompute_logp=false needs rollout.top_k=0: vLLM's log-probs are "
+                                  "renormalised over the top-k tokens, the loop's old log-probs are not")
 
     def engine_settings(self) -> dict:
         """Keyword settings for rollout.engine.make_engine(self.engine, policy, **settings)."""
@@ -269,6 +283,17 @@ class OptimConfig:
     weight_decay: float = 0.0
     grad_clip: float = 1.0
     """max global grad norm (0 = no clipping)"""
+    lr_schedule: str = field(default="constant", metadata=added_later("constant"))
+    """the policy's learning rate over the run, counted in optimizer steps (train.steps x objective.n_epochs x
+    objective.n_minibatches of them, as verl and TRL count): constant | cosine | linear (after the warm-up, decay
+    from optim.lr to optim.min_lr_ratio x optim.lr, reached as the last update is taken; experiments/setup.py
+    lr_factor); logged as optim/lr. The critic's learning rate stays constant"""
+    warmup_steps: int = field(default=0, metadata=added_later(0))
+    """linear warm-up from 0 to optim.lr over this many optimizer steps (the first update has lr 0, as in
+    transformers' and verl's schedules); 0 = none"""
+    min_lr_ratio: float = field(default=0.0, metadata=added_later(0.0))
+    """cosine / linear: the floor, as a fraction of optim.lr, reached as the last optimizer update is taken, in
+    [0, 1]"""
 
     def __post_init__(self):
         _positive("optim.lr", self.lr)
@@ -277,6 +302,14 @@ class OptimConfig:
         for name in ("beta1", "beta2"):
             if not 0.0 <= getattr(self, name) < 1.0:
                 raise ConfigError(f"optim.{name} must be in [0, 1), got {getattr(self, name)}")
+        _choice("optim.lr_schedule", self.lr_schedule, ("constant", "cosine", "linear"))
+        if isinstance(self.warmup_steps, bool) or not isinstance(self.warmup_steps, int) or self.warmup_steps < 0:
+            raise ConfigError(f"optim.warmup_steps must be an int >= 0 (optimizer steps), got {self.warmup_steps!r}")
+        if not 0.0 <= self.min_lr_ratio <= 1.0:
+            raise ConfigError(f"optim.min_lr_ratio must be in [0, 1], got {self.min_lr_ratio}")
+        if self.lr_schedule == "constant" and self.min_lr_ratio:
+            raise ConfigError(f"optim.min_lr_ratio={self.min_lr_ratio} is read by optim.lr_schedule=cosine or linear "
+                              "only; leave it at 0 with the constant schedule")
 
 
 @dataclass(frozen=True)
@@ -298,6 +331,11 @@ class LoopConfig:
     """decoded rollouts per step written to samples.jsonl"""
     threads: int = 0
     """torch intra-op threads (0 = leave torch's default)"""
+    micro_batch_size: int = field(default=0, metadata=added_later(0))
+    """rows per forward/backward pass: each minibatch is split into micro-batches of this many completions whose
+    gradients are accumulated (policy, reference, critic), so memory grows with the micro-batch, not the batch.
+    The loss normalisers stay global over the minibatch (algos.micro_batch_weights): the loss and gradient equal
+    the unsplit minibatch's to rounding, for every aggregation mode. 0 = the whole minibatch in one pass"""
 
     def __post_init__(self):
         _positive("train.steps", self.steps)
@@ -309,16 +347,24 @@ class LoopConfig:
         _positive("train.checkpoint_every", self.checkpoint_every, allow_zero=True)
         _positive("train.log_samples", self.log_samples, allow_zero=True)
         _positive("train.threads", self.threads, allow_zero=True)
+        _positive("train.micro_batch_size", self.micro_batch_size, allow_zero=True)
 
 
 @dataclass(frozen=True)
 class LogConfig:
     ref_kl: bool = True
     """log exact and estimated KL to the start policy every step even when the objective has no KL term"""
+    exact_kl: str = field(default="auto", metadata=added_later("auto"))
+    """the exact full-vocabulary KL (kl/exact, kl/exact_fwd) keeps both models' (B, T, V) log-probs of a whole
+    minibatch: auto = only for vocabularies of at most 4096 tokens (the built-in models), on | off. The k1/k2/k3
+    estimates are logged in any case"""
     wandb: bool = False
     """also log to Weights & Biases; WANDB_MODE, WANDB_API_KEY and `wandb login` are respected, and only when none
     is configured does it run offline. A resumed run continues the same wandb run (id kept in the run folder)"""
     wandb_project: str = "objbench"
+
+    def __post_init__(self):
+        _choice("log.exact_kl", self.exact_kl, ("auto", "on", "off"))
 
 
 @dataclass(frozen=True)

@@ -62,7 +62,7 @@ class MinibatchView:
     old_logp: torch.Tensor        # (b, T) behaviour log-probs
     mask: torch.Tensor            # (b, T) loss mask
     gen_mask: torch.Tensor        # (b, T) the policy's own generated tokens
-    ref: Scored | None            # the reference's scores of these rows, with full log-probs (None without one)
+    ref: Scored | None            # the reference's scores of these rows (full log-probs with log.exact_kl)
     first_pass: bool              # the first epoch: the scores are those of the policy that sampled
 
 
@@ -201,9 +201,21 @@ def _entropy(mb: MinibatchView) -> dict:
 def _reference_kl(mb: MinibatchView) -> dict:
     """KL to the reference over the policy's own tokens: exact (both directions, from the full log-probs) and the
     k1, k2, k3 estimates; summed over the first pass's minibatches, then divided by their token count."""
-    if not mb.first_pass or mb.ref is None or mb.scores.log_probs is None:
+    if not mb.first_pass or mb.ref is None:
         return {}
+    if mb.scores.log_probs is None or mb.ref.log_probs is None:  # log.exact_kl off (a large vocabulary)
+        per_token = KL.value_estimates(mb.scores.logp, mb.ref.logp)
+        return {"reference_kl": Summed(("kl/k1", "kl/k2", "kl/k3"),
+                                       (torch.stack(per_token) * mb.gen_mask).sum((-2, -1)), mb.gen_mask.sum())}
     rev, fwd = KL.exact_kl_both_from_log_probs(mb.scores.log_probs, mb.ref.log_probs)
     per_token = [rev, fwd, *KL.value_estimates(mb.scores.logp, mb.ref.logp)]  # exact, then k1, k2, k3
     return {"reference_kl": Summed(("kl/exact", "kl/exact_fwd", "kl/k1", "kl/k2", "kl/k3"),
                                    (torch.stack(per_token) * mb.gen_mask).sum((-2, -1)), mb.gen_mask.sum())}
+
+
+EXACT_KL_MAX_VOCAB = 4096  # log.exact_kl=auto: the built-in models' vocabularies (tens of tokens), not a real LM's
+
+
+def exact_kl_wanted(exact_kl: str, vocab_size: int) -> bool:
+    """Whether the first pass keeps full-vocabulary log-probs for kl/exact (log.exact_kl: auto | on | off)."""
+    return exact_kl == "on" or (exact_kl == "auto" and vocab_size <= EXACT_KL_MAX_VOCAB)

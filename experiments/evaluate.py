@@ -7,7 +7,7 @@ import math
 from objbench.experiments.rng import step_generator
 from objbench.experiments.sample import rollout
 from objbench.experiments.setup import Setup
-from objbench.rollout.engine import SamplingParams
+from objbench.experiments.step_metrics import pass_ks
 
 
 def mean_of(xs) -> float:
@@ -22,7 +22,7 @@ def evaluate(s: Setup, step: int) -> dict:
     problems = s.task.eval_set()
     if s.cfg.train.eval_size:
         problems = problems[: s.cfg.train.eval_size]
-    greedy = SamplingParams(s.sampling.max_new_tokens, 0.0, 1.0, s.codec.eos_id, s.codec.pad_id)
+    greedy = s.greedy_sampling
     g = rollout(s, problems, 1, greedy, None)
     row = {"eval/acc": float(g.correct.float().mean()),
            "eval/length": float(g.response_mask.sum(-1).float().mean())}
@@ -33,7 +33,7 @@ def evaluate(s: Setup, step: int) -> dict:
     k = s.cfg.train.eval_samples
     smp = rollout(s, problems, k, s.eval_sampling, step_generator(s.cfg.seed, step, 2, s.device))
     c = smp.correct.view(len(problems), k).sum(-1).tolist()
-    for kk in sorted({1, k}):
+    for kk in pass_ks(k):
         row[f"eval/pass@{kk}"] = mean_of([pass_at_k(k, ci, kk) for ci in c])
     for d in s.task.difficulties:  # sampled accuracy per difficulty: where RL's gains show
         cd = [ci for ci, p in zip(c, problems) if p.difficulty == d]

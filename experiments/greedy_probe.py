@@ -33,13 +33,11 @@ def _problem_stats(s, policy, problems, samples: int, seed: int) -> list[dict]:
     """Per problem: greedy correct, sampled accuracy, reference-sequence log-prob, smallest token margin."""
     from objbench.experiments.rng import step_generator
     from objbench.experiments.sample import rollout
-    from objbench.rollout.engine import SamplingParams
     from objbench.rollout.scoring import score
 
     s.policy = policy
     s.engine.sync_weights(policy)
-    greedy = SamplingParams(s.sampling.max_new_tokens, 0.0, 1.0, s.codec.eos_id, s.codec.pad_id)
-    g = rollout(s, problems, 1, greedy, None)
+    g = rollout(s, problems, 1, s.greedy_sampling, None)
     smp = rollout(s, problems, samples, s.eval_sampling, step_generator(seed, 10_000, 7, s.device))
     sampled = smp.correct.view(len(problems), samples).float().mean(-1)
     p_ids, p_mask = s.codec.encode_prompts(problems)

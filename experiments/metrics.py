@@ -52,6 +52,12 @@ METRICS = {
     "length/filler_gap": "length/filler_incorrect - length/filler_correct: how much longer wrong answers are padded "
                          "(the length-bias study's primary metric; NaN when either is)",
     "rollout/trunc_frac": "fraction of completions that hit max_new_tokens without EOS",
+    "rollout/parse_rate": "fraction of completions sampled this step in which the verifier found an answer at all "
+                          "(not malformed / unparseable); below 0.1 the run warns once, naming the task setting "
+                          "that decides the answer format",
+    "reward/pass@{n}": "unbiased pass@n over each prompt's group of completions this step (n = 2, 4, ... up to the "
+                       "group size), averaged over groups; beside reward/acc (pass@1) it tells sharpening from "
+                       "learning",
     "rollout/completions": "completions sampled this step (more than the budget when dynamic sampling refills)",
     "rollout/tokens": "response tokens generated this step",
     "rollout/rounds": "sampling rounds this step (1 unless dynamic sampling refilled)",
@@ -95,6 +101,8 @@ METRICS = {
     "kl/k2": "k2 estimate",
     "kl/k3": "k3 estimate",
     "optim/grad_norm": "global policy grad norm before clipping (mean over optimizer steps)",
+    "optim/lr": "policy learning rate of this step's optimizer updates (mean over them); logged only with "
+                "optim.lr_schedule != constant or optim.warmup_steps > 0",
     "optim/grad_norm_clipped": "global policy grad norm after clipping at optim.grad_clip, the norm the update "
                                "used (mean over optimizer steps; not logged when optim.grad_clip = 0)",
     "optim/clip_active": "share of optimizer steps whose grad norm exceeded optim.grad_clip and was scaled down "
@@ -113,7 +121,8 @@ METRICS = {
     "eval/acc_d{d}": "greedy accuracy on held-out prompts of difficulty d",
     "eval/length": "mean greedy response length on the held-out set",
     "eval/pass@1_d{d}": "sampled (temperature-1) accuracy on held-out prompts of difficulty d",
-    "eval/pass@{n}": "unbiased pass@n from train.eval_samples samples per held-out prompt (Chen et al., 2021)",
+    "eval/pass@{n}": "unbiased pass@n from train.eval_samples samples per held-out prompt (Chen et al., 2021), "
+                     "n = 1, 2, 4, ... below train.eval_samples, and train.eval_samples",
     **{v: f"algos metric {k!r} (see algos.METRIC_DOCS)" for k, v in ALGOS_KEYS.items()},
 }
 

@@ -4,6 +4,7 @@ training prompt stream, and the phase timers."""
 from __future__ import annotations
 
 import dataclasses
+import math
 import time
 from collections import defaultdict, deque
 from dataclasses import dataclass, field
@@ -96,12 +97,20 @@ class Setup:
     history: deque | None = None
     prompts: "PromptStream | None" = None  # the training prompt stream (make_setup sets it)
     forward: str = "auto"  # "auto": the lean forward where it supports the model; "hf": the transformers forward
+    # optim.lr_schedule / optim.warmup_steps: the policy optimizer's schedule (make_optimizers sets it; stepped after
+    # every policy optimizer step, saved in checkpoints); None for a constant learning rate without warm-up
+    lr_schedule: "torch.optim.lr_scheduler.LambdaLR | None" = None
 
     _params: tuple = field(default=(None, ()), repr=False)  # (policy, its parameters): see policy_params
 
     @property
     def tokenizer(self):
         return self.codec.tokenizer
+
+    @property
+    def greedy_sampling(self) -> SamplingParams:
+        """Greedy decoding with the run's other sampling settings (length budget, special ids, stop strings)."""
+        return dataclasses.replace(self.eval_sampling, temperature=0.0, top_p=1.0, top_k=0)
 
     @property
     def policy_params(self) -> tuple:
@@ -176,11 +185,17 @@ def make_setup(cfg: TrainConfig, task, codec, policy, sft_info: dict | None = No
     needs_values = ADVANTAGE_ESTIMATORS.get(obj.adv.estimator).needs_values  # gae, hybrid: a critic
     critic = ValueModel(policy).to(device=device, dtype=DTYPES[cfg.model.dtype]) if needs_values else None
     max_new = max_new_tokens(cfg, task)
-    engine_settings = {**cfg.rollout.engine_settings(), **({"forward": forward} if cfg.rollout.engine == "hf" else {})}
-    engine = make_engine(cfg.rollout.engine, policy, **engine_settings)
-    sampling = SamplingParams(max_new, cfg.rollout.temperature, cfg.rollout.top_p, codec.eos_id, codec.pad_id)
-    eval_T = cfg.rollout.temperature if cfg.train.eval_temperature is None else cfg.train.eval_temperature
-    eval_sampling = SamplingParams(max_new, eval_T, cfg.rollout.top_p, codec.eos_id, codec.pad_id)
+    ro = cfg.rollout
+    if ro.stop and getattr(task, "interjection_marker", None):
+        raise ConfigError(f"rollout.stop: task {task.name!r} interjects at a marker of its own (task.verdict); stop "
+                          "strings would end its first part early. Leave rollout.stop empty")
+    engine_settings = {**ro.engine_settings(), **({"forward": forward} if ro.engine == "hf" else {}),
+                       **({"tokenizer": codec.tokenizer} if ro.stop else {})}  # stop strings decode with it
+    engine = make_engine(ro.engine, policy, **engine_settings)
+    knobs = dict(top_k=ro.top_k, stop=tuple(ro.stop))
+    sampling = SamplingParams(max_new, ro.temperature, ro.top_p, codec.eos_id, codec.pad_id, **knobs)
+    eval_T = ro.temperature if cfg.train.eval_temperature is None else cfg.train.eval_temperature
+    eval_sampling = SamplingParams(max_new, eval_T, ro.top_p, codec.eos_id, codec.pad_id, **knobs)
     # special tokens other than <eos> inside a response make it invalid (decoding would silently drop them)
     bad_ids = torch.tensor(sorted(set(codec.tokenizer.all_special_ids) - {codec.eos_id}), dtype=torch.long,
                            device=device)
@@ -197,6 +212,7 @@ def weights_copy(model: torch.nn.Module) -> dict:
 
 
 def make_optimizers(s: Setup):
+    """AdamW for the policy (and the critic); sets ``s.lr_schedule`` (make_lr_schedule) on the policy's."""
     o = s.cfg.optim
     # fused: one kernel for all parameters instead of a Python loop over them (same update up to rounding)
     opt = torch.optim.AdamW(s.policy.parameters(), lr=o.lr, betas=(o.beta1, o.beta2),
@@ -205,4 +221,50 @@ def make_optimizers(s: Setup):
     if s.critic is not None:
         critic_opt = torch.optim.AdamW(s.critic.parameters(), lr=o.lr * s.cfg.objective.value.lr_scale,
                                        betas=(o.beta1, o.beta2), weight_decay=o.weight_decay, eps=1e-8)
+    s.lr_schedule = make_lr_schedule(opt, s.cfg)
     return opt, critic_opt
+
+
+def optimizer_steps(cfg: TrainConfig) -> int:
+    """Optimizer steps of the whole run: train.steps x objective.n_epochs x objective.n_minibatches (the unit of
+    optim.warmup_steps and of the decay, as in verl and TRL). A step whose batch is empty (every group filtered
+    out) takes none, so a run may end a little short of this count, with a learning rate above the floor."""
+    return cfg.train.steps * cfg.objective.n_epochs * cfg.objective.n_minibatches
+
+
+def lr_factor(step: int, o, total: int) -> float:
+    """The factor on optim.lr of the optimizer update that follows ``step`` updates (step 0 = the first update).
+
+    Warm-up: step / warmup_steps while step < warmup_steps (so the first update has lr 0, as in transformers'
+    get_*_schedule_with_warmup and verl). Then, with progress p = (step - warmup) / (total - warmup) clamped to
+    [0, 1], the decay d = 1 (constant), 1 - p (linear) or (1 + cos(pi p)) / 2 (cosine), and the factor
+    min_lr_ratio + (1 - min_lr_ratio) d: the floor is reached at step ``total``, after the last update (the
+    last update itself has p = (total - 1 - warmup) / (total - warmup)), and held past it."""
+    if step < o.warmup_steps:
+        return step / o.warmup_steps
+    if o.lr_schedule == "constant":
+        return 1.0
+    p = min(1.0, max(0.0, (step - o.warmup_steps) / max(1, total - o.warmup_steps)))
+    d = 1.0 - p if o.lr_schedule == "linear" else 0.5 * (1.0 + math.cos(math.pi * p))
+    return o.min_lr_ratio + (1.0 - o.min_lr_ratio) * d
+
+
+def make_lr_schedule(opt: torch.optim.Optimizer, cfg: TrainConfig) -> "torch.optim.lr_scheduler.LambdaLR | None":
+    """The policy optimizer's learning-rate schedule (optim.lr_schedule, optim.warmup_steps, optim.min_lr_ratio),
+    counted in optimizer steps (``optimizer_steps``; ``lr_factor`` gives the factor on optim.lr), as a LambdaLR
+    that the loop steps after every policy optimizer step. None for the constant schedule without warm-up: the
+    optimizer's learning rate is then never touched (every committed run).
+
+    Building it sets the optimizer's learning rate to that of the first update (0 with a warm-up)."""
+    o = cfg.optim
+    if o.lr_schedule == "constant" and not o.warmup_steps:
+        return None
+    total = optimizer_steps(cfg)
+    if o.warmup_steps > total:
+        raise ConfigError(f"optim.warmup_steps={o.warmup_steps} is more than the run's {total} optimizer steps "
+                          "(train.steps x objective.n_epochs x objective.n_minibatches)")
+
+    def factor(step: int) -> float:
+        return lr_factor(step, o, total)
+
+    return torch.optim.lr_scheduler.LambdaLR(opt, factor)

@@ -37,7 +37,32 @@ def zero_var_frac(rewards: torch.Tensor, G: int) -> float:
     return f32_mean_of_ints(n, len(rw) // G)
 
 
-def rollout_metrics(b: Batch, task) -> dict:
+def pass_ks(n: int) -> list[int]:
+    """The k of pass@k logged for n samples per problem: 1, 2, 4, ... below n, and n itself."""
+    ks, k = [], 1
+    while k < n:
+        ks.append(k)
+        k *= 2
+    return ks + [n]
+
+
+def group_pass_at_k(correct: list, sizes: list) -> dict:
+    """reward/pass@k for k = 2, 4, ... up to the smallest group: the unbiased estimator over each prompt's group of
+    completions (Chen et al. 2021), averaged over groups. Beside reward/acc (pass@1) it tells sharpening (pass@1
+    rising to meet pass@k) from learning (pass@k rising)."""
+    from objbench.analysis.stats import pass_at_k
+
+    if not sizes or min(sizes) < 2:
+        return {}
+    counts, i = [], 0
+    for g in sizes:
+        counts.append((g, sum(correct[i:i + g])))
+        i += g
+    return {f"reward/pass@{k}": sum(pass_at_k(g, c, k) for g, c in counts) / len(counts)
+            for k in pass_ks(min(sizes))[1:]}
+
+
+def rollout_metrics(b: Batch, task, group_size: int = 1) -> dict:
     lengths = b.response_mask.sum(-1).tolist()
     c = b.correct.tolist()
     n = len(c)
@@ -56,9 +81,31 @@ def rollout_metrics(b: Batch, task) -> dict:
             xs = [f for f, ok in zip(fill, c) if ok == want and f is not None]
             m[f"length/filler_{name}"] = f32_mean_of_ints(sum(xs), len(xs)) if xs else float("nan")
         m["length/filler_gap"] = m["length/filler_incorrect"] - m["length/filler_correct"]  # NaN if either is
+    if b.malformed is not None:  # the share of completions in which the verifier found an answer at all
+        m["rollout/parse_rate"] = f32_mean_of_ints(n - sum(b.malformed.tolist()), n)
+    m.update(group_pass_at_k(c, b.group_sizes or ([group_size] * (n // group_size) if group_size > 1 and
+                                                   n % group_size == 0 else [])))
     diff = b.difficulty.tolist()
     n_d, n_dc = Counter(diff), Counter(d for d, ok in zip(diff, c) if ok)  # responses, correct ones per difficulty
     for d in task.difficulties:
         if n_d[d]:
             m[f"reward/acc_d{d}"] = f32_mean_of_ints(n_dc[d], n_d[d])
     return m
+
+
+UNPARSEABLE_WARN_BELOW = 0.1  # parse rate under which a step's answers are mostly not answers at all
+
+
+def parse_warning(row: dict, task) -> str | None:
+    """A one-time warning when most completions of a step have no answer the verifier can read (parse rate < 0.1),
+    naming the setting that decides the answer format: such a run silently learns nothing (every reward 0)."""
+    rate = row.get("rollout/parse_rate")
+    if rate is None or rate >= UNPARSEABLE_WARN_BELOW:
+        return None
+    cfg = getattr(task, "config", None)
+    setting = next((f"task.{name}={getattr(cfg, name)!r}" for name in ("answer_style", "answer_format")
+                    if getattr(cfg, name, None) is not None), "the task's answer format")
+    return (f"WARNING step {row.get('step')}: {1 - rate:.0%} of the completions have no answer the verifier can "
+            f"read (rollout/parse_rate {rate:.3f}), so nearly every reward is 0 and the run learns little. The "
+            f"format is decided by {setting}; check that it matches how the model answers (samples.jsonl shows "
+            f"the completions).")

