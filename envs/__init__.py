@@ -3,6 +3,7 @@
     task = make_task("arithmetic", max_digits=3, ops=["+"])
     task = make_task("dataset", path="train.jsonl", format="gsm8k", eval_path="test.jsonl")
     task = make_task("mixture", components=[{"name": "arithmetic", "ops": "+"}, {"name": "countdown"}])
+    task = make_task("reasoning_gym", dataset="basic_arithmetic", dataset_args={"max_terms": 3})
     spec = task_spec(task)            # plain dict of every resolved setting, for a run's config.yaml
     same = make_task(**spec)          # rebuilds an equal task
 
@@ -19,8 +20,9 @@ from .arithmetic import ArithmeticConfig, ArithmeticTask
 from .base import NumericProblem, Problem, RewardResult, Task
 from .countdown import CountdownConfig, CountdownTask
 from .dataset import DatasetConfig, DatasetTask
-from .mixture import MixtureConfig, MixtureTask
 from .mathcheck import MathVerdict, check_answer, extract_answer
+from .mixture import MixtureConfig, MixtureTask
+from .reasoning_gym import ReasoningGymConfig, ReasoningGymTask
 from .safe_eval import SafeEvalLimits, SafeEvalResult, safe_eval
 from .tokenizer import (
     BOS_ID,
@@ -55,6 +57,7 @@ register_task("arithmetic", ArithmeticConfig, ArithmeticTask)
 register_task("countdown", CountdownConfig, CountdownTask)
 register_task("dataset", DatasetConfig, DatasetTask)
 register_task("mixture", MixtureConfig, MixtureTask)
+register_task("reasoning_gym", ReasoningGymConfig, ReasoningGymTask)  # needs reasoning-gym when a task is made
 
 
 def task_names() -> tuple[str, ...]:
@@ -114,6 +117,8 @@ __all__ = [
     "MixtureTask",
     "NumericProblem",
     "Problem",
+    "ReasoningGymConfig",
+    "ReasoningGymTask",
     "RewardResult",
     "SafeEvalLimits",
     "SafeEvalResult",

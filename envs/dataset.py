@@ -16,7 +16,10 @@ Formats (`format`) are presets of the column settings, which can each be overrid
   containing "gsm8k" -> "gsm8k" style, others "boxed"), `extra_info` (optional) is kept in the problem's meta.
   No SFT targets.
 - "columns": name the columns yourself: `answer_column` (a final answer) and one of `prompt_column` (text) or
-  `messages_column` (chat messages). Answer style "boxed" unless set. No SFT targets.
+  `messages_column` (chat messages). `answer_style` must be set (a ValueError lists the styles) unless the answers
+  show it: all contain "####" (-> "gsm8k") or all contain "\\boxed{" (-> "boxed"); the detected style is stored
+  in the config, so task_spec shows it. An answer that contains its style's marker ("####", "\\boxed{") is a
+  solution: its final answer, extracted in that style, is the ground truth. No SFT targets.
 
 Problems: gsm8k/math/columns-with-prompt rows give `prompt` = question (+ " " + instruction) and `messages` =
 ((system, system_prompt)?, (user, prompt)). Rows with chat messages keep them (the instruction is appended to the
@@ -80,7 +83,7 @@ _PRESETS: dict[str, tuple[str | None, str | None, str | None, str | None]] = {
     "gsm8k": ("question", "answer", None, "gsm8k"),
     "math": ("problem", "solution", None, "boxed"),
     "verl": (None, "reward_model.ground_truth", "prompt", None),
-    "columns": (None, None, None, "boxed"),
+    "columns": (None, None, None, None),  # the style is set, or shown by the answers (see _columns_style)
 }
 _LOCAL_BUILDERS = {".jsonl": "json", ".json": "json", ".parquet": "parquet", ".csv": "csv"}
 _LEVEL_COLUMN = "level"
@@ -133,7 +136,7 @@ class DatasetConfig:
     """Text appended (after a space) to every question, e.g. 'Put the final answer after "####".'"""
     answer_style: str | None = None
     """How the final answer is extracted: "gsm8k", "boxed" or "last_number". None = the format's (verl: per row
-    from data_source)."""
+    from data_source; columns: required unless every answer shows its style, see the module docstring)."""
     format_reward: float = 0.0
     """Reward of a well-formed, finished but wrong answer (0 <= format_reward < 1). A correct answer earns 1.0."""
     max_response_tokens: int = 256
@@ -268,6 +271,12 @@ class DatasetTask(Task):
             eval_rows = [r for i, r in enumerate(rows) if i in held_idx]
             train = [r for i, r in enumerate(rows) if i not in held_idx]
             self.n_overlap_dropped = 0
+        if cfg.format == "columns" and cfg.answer_style is None:  # detected from the answers: store it
+            styles = sorted({r.style for r in (*train, *eval_rows)})
+            if len(styles) > 1:
+                raise ValueError(f"{label}: the answers of the training and held-out files show different styles "
+                                 f"{styles}: set answer_style")
+            self.config = cfg = replace(cfg, answer_style=styles[0])
         self._train: tuple[_Row, ...] = tuple(train)
         by_difficulty: dict[int, list[_Row]] = {}
         for r in eval_rows:
@@ -599,6 +608,7 @@ def _read_rows(cfg: DatasetConfig, path: str, split: str) -> tuple[list[_Row], s
     levels = _column(ds, difficulty_column, label, "difficulty_column") if difficulty_column else None
     sources = list(ds[_VERL_SOURCE_COLUMN]) if cfg.format == "verl" and _VERL_SOURCE_COLUMN in ds.column_names else None
     extras = list(ds[_VERL_EXTRA_COLUMN]) if cfg.format == "verl" and _VERL_EXTRA_COLUMN in ds.column_names else None
+    columns_style = _columns_style(cfg, answers, label) if cfg.format == "columns" else None
 
     rows = []
     for i in range(n):
@@ -635,8 +645,10 @@ def _read_rows(cfg: DatasetConfig, path: str, split: str) -> tuple[list[_Row], s
                 )
         else:
             answer = _final_answer(answers[i], label, i, f"answer ({cfg.answer_column!r})")
+            if columns_style is not None:
+                answer = _marked_answer(answer, columns_style, label, i)
 
-        style = cfg.answer_style
+        style = columns_style or cfg.answer_style
         if sources is not None:
             source = sources[i]
             if source is not None and not isinstance(source, str):
@@ -653,6 +665,34 @@ def _read_rows(cfg: DatasetConfig, path: str, split: str) -> tuple[list[_Row], s
         difficulty = _difficulty(levels[i], label, i, difficulty_column) if levels is not None else 0
         rows.append(_Row(i, prompt, chat, answer, solution, difficulty, style, tuple(meta)))
     return rows, label
+
+
+def _columns_style(cfg: DatasetConfig, answers: list, label: str) -> str:
+    """The answer style of a "columns" file: answer_style when set, else the style every answer shows ("####" ->
+    gsm8k, "\\boxed{" -> boxed). Decided: no silent default, since a wrong style reads nothing, or the wrong number,
+    out of every completion (the preset used to be "boxed": a completion without \\boxed{} was unparseable)."""
+    if cfg.answer_style is not None:
+        return cfg.answer_style
+    if answers and all(isinstance(a, str) and mathcheck.GSM8K_MARKER in a for a in answers):
+        return "gsm8k"
+    if answers and all(isinstance(a, str) and "\\boxed{" in a for a in answers):
+        return "boxed"
+    raise ValueError(
+        f"{label}: format 'columns' needs answer_style (task.answer_style=...), one of {', '.join(mathcheck.STYLES)}: "
+        "its answers do not show their style (not all of them contain '####' or '\\boxed{'); e.g. "
+        "task.answer_style=last_number for answers that are plain numbers"
+    )
+
+
+def _marked_answer(answer: str, style: str, label: str, i: int) -> str:
+    """A "columns" answer that contains its style's marker is a solution: its final answer (else the answer)."""
+    marked = (style == "gsm8k" and mathcheck.GSM8K_MARKER in answer) or (style == "boxed" and "\\boxed{" in answer)
+    if not marked:
+        return answer
+    final = mathcheck.extract_answer(answer, style)
+    if final is None:
+        raise ValueError(f"{label}: row {i}: answer has a {style} marker but no final answer: {_short(answer)}")
+    return final
 
 
 def _dedupe(rows: Sequence[_Row], label: str) -> tuple[list[_Row], int]:

@@ -167,10 +167,35 @@ def test_columns_format_and_overrides(tmp_path):
 def test_columns_format_with_messages(tmp_path):
     path = str(tmp_path / "chat.jsonl")
     write_rows(path, [{"msgs": [{"role": "user", "content": f"{i} + 1 = ?"}], "gt": str(i + 1)} for i in range(6)])
+    # answer_style is now required for plain answers (it used to default to "boxed")
     task = make_task("dataset", path=path, format="columns", messages_column="msgs", answer_column="gt",
-                     eval_size=1)
+                     eval_size=1, answer_style="boxed")
     p = task.problem_at(0, 0)
     assert p.messages == (("user", p.prompt),) and task.reward(p, f"\\boxed{{{p.answer}}}").correct
+
+
+def test_columns_format_needs_an_answer_style_unless_the_answers_show_it(tmp_path):
+    path = str(tmp_path / "plain.jsonl")
+    write_rows(path, [{"q": f"{i} + 1 = ?", "a": str(i + 1)} for i in range(6)])
+    with pytest.raises(ValueError, match=r"plain.jsonl: format 'columns' needs answer_style.*gsm8k, boxed, last_n"):
+        make_task("dataset", path=path, format="columns", prompt_column="q", answer_column="a", eval_size=1)
+    # one answer without the marker: no style shown
+    mixed = str(tmp_path / "mixed.jsonl")
+    write_rows(mixed, [{"q": f"{i} + 1 = ?", "a": f"#### {i + 1}" if i else "1"} for i in range(6)])
+    with pytest.raises(ValueError, match="needs answer_style"):
+        make_task("dataset", path=mixed, format="columns", prompt_column="q", answer_column="a", eval_size=1)
+    # every answer shows "####": gsm8k, stored in the config; the final answer is the ground truth
+    marked = str(tmp_path / "marked.jsonl")
+    write_rows(marked, [{"q": f"{i} + 1 = ?", "a": f"{i} + 1 = {i + 1}\n#### {i + 1}"} for i in range(6)])
+    task = make_task("dataset", path=marked, format="columns", prompt_column="q", answer_column="a", eval_size=1)
+    assert task.config.answer_style == "gsm8k" and task_spec(task)["answer_style"] == "gsm8k"
+    p = task.problem_at(0, 0)
+    assert p.answer == str(int(p.prompt.split()[0]) + 1) and task.reward(p, f"so #### {p.answer}").correct
+    assert make_task(**task_spec(task)).problem_at(0, 0) == p
+    boxed = str(tmp_path / "boxed.jsonl")
+    write_rows(boxed, [{"q": f"{i} + 2 = ?", "a": f"It is \\boxed{{{i + 2}}}."} for i in range(6)])
+    task = make_task("dataset", path=boxed, format="columns", prompt_column="q", answer_column="a", eval_size=1)
+    assert task.config.answer_style == "boxed" and task.problem_at(0, 0).answer.isdigit()
 
 
 # -------------------------------------------------------------------------------------- held-out sets, streams
