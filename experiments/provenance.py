@@ -69,6 +69,11 @@ def versions() -> dict:
         v["objbench"] = md.version("objbench")
     except Exception:  # not installed (running from a checkout)
         v["objbench"] = "checkout"
+    for package in ("reasoning-gym", "math-verify", "vllm"):  # where installed: tasks, verifier, engine
+        try:
+            v[package] = md.version(package)
+        except Exception:
+            pass
     return v
 
 
@@ -119,4 +124,6 @@ def run_meta(cfg: TrainConfig, s: Setup, state: LoopState, model_info: dict | No
             "resumed_from_step": state.step or None, "sft": s.sft_info,
             "device": str(s.device), "dtype": cfg.model.dtype, "special_ids": s.codec.special,
             "chat_template": s.codec.chat, "model": model_info or {"arch": cfg.model.arch},
-            "n_params": n_params(s.policy), "argv": sys.argv, **(extra or {})}
+            "n_params": n_params(s.policy), "argv": sys.argv,
+            # a reasoning-gym scorer that evaluates the model's text, allowed by task.allow_unsafe_scorer=true
+            "unsafe_scorer": bool(getattr(s.task, "unsafe_scorer", False)), **(extra or {})}

@@ -399,6 +399,9 @@ def _run_sweep(sw: Sweep, ray, workers, command, report, gpus_per_run, conflicts
     write_sweep_files(sw, command or f"objbench sweep {sw.path}")
     (sw.sweep_dir / "failures.json").unlink(missing_ok=True)  # it described an earlier attempt
     todo = [r for r in sw.runs if not (sw.sweep_dir / r.cfg.run_name / "done").exists()]
+    # seed by seed (every arm of seed 0, then of seed 1, ...): a sweep cut off part-way, or run in parts, leaves
+    # whole seeds, which the seed-paired comparisons can use
+    todo.sort(key=lambda r: sw.seeds.index(r.seed))
     n_done = len(sw.runs) - len(todo)
     threads = max(1, (os.cpu_count() or 1) // workers)
     where = "Ray" if ray is not None else f"{workers} worker(s)"
