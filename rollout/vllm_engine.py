@@ -11,11 +11,27 @@ How it maps onto vLLM:
   when there is one) and starts ``vllm.LLM`` on it: ``skip_tokenizer_init=True`` (prompts are token ids, the
   loop decodes responses itself, ``detokenize=False``), the policy's dtype unless told otherwise (vLLM's own
   "auto" would run an fp32 checkpoint in bf16), ``logprobs_mode="processed_logprobs"`` (log-probs after the
-  temperature; the default raw mode ignores it), ``enforce_eager`` and a bounded KV cache.
+  temperature; the default raw mode ignores it), ``enforce_eager`` and a bounded KV cache. On a CPU also
+  ``enable_chunked_prefill=False`` (see "Seeds and chunked prefill" below).
 - Requests: one per run of identical consecutive prompt rows, with ``n`` = the run's length (a group); vLLM's
   prefix cache shares the prompt's full KV blocks among the n samples (reset after every weight sync).
   Per-request seeds are drawn from the caller's generator: the same generator state gives the same samples
   (vLLM seeds child j of a request with seed + j).
+- Seeds and chunked prefill: vLLM schedules at most ``max_num_batched_tokens`` tokens per step (CPU default 4096).
+  With chunked prefill (vLLM's default) a call whose prompts hold more is split mid-prompt; the token sampled
+  after a partial prompt is discarded and vLLM rewinds that request's seeded generator with ``set_offset``
+  (vllm/v1/worker/gpu_model_runner.py, ``_bookkeeping_sync``), which only CUDA generators have: on a CPU the
+  engine core died with "CPU Generator does not use offset" (e.g. the step-0 pass@k evaluation of 40 held-out
+  chat prompts x 4 samples on SmolLM2, ~8000 prompt tokens). On a CPU the engine therefore turns chunked prefill
+  off: every prompt is prefilled in one step (the budget becomes max(max_model_len, 4096), so any prompt fits; a
+  prompt that does not fit the rest of a step waits for the next), no sampled token is ever discarded, and each
+  request's generator is drawn exactly once per generated token. Samples stay a function of (seed, prompt,
+  weights) alone, not of how the scheduler packed the call. On a GPU chunked prefill stays on (the rewind works).
+- EOS: requests carry ``stop_token_ids=[eos_id]`` (the codec's EOS, e.g. <|im_end|> = 2 for SmolLM2), which is
+  what stops generation when vLLM runs without the tokenizer; vLLM also stops at the ``eos_token_id``(s) of the
+  model's generation_config.json. Its warning "Using None for EOS token id because tokenizer is not initialized"
+  (the tokenizer's EOS, unused here) is dropped, as is its blanket warning that disabling chunked prefill is not
+  "officially supported" (the contract tests check samples and log-probs with it off).
 - Weight sync: the trainer writes its state dict as safetensors into the engine's folder and the engine asks
   vLLM's worker to reload in place (rollout/vllm_worker.py: ``collective_rpc`` by method name, vLLM's layerwise
   ``reload_weights``). ~0.03 s for the tiny models; the next log-probs equal a fresh engine's.
@@ -101,9 +117,31 @@ def _write_weights(policy: torch.nn.Module, folder: str) -> None:
     os.replace(tmp, os.path.join(folder, "model.safetensors"))
 
 
-class _DropChatTemplateWarmup(logging.Filter):
+# vLLM messages (logger -> message starts) about settings this engine makes on purpose, dropped in the calling
+# process: without a tokenizer the chat-template warm-up fails (a traceback at every start; nothing here uses chat
+# templates) and there is no EOS from the tokenizer (requests stop at their stop_token_ids); chunked prefill is off
+# on a CPU (the module docstring; tests/test_vllm_engine.py checks the log-probs with it off)
+_EXPECTED_WARNINGS = {
+    "vllm.renderers.base": ("Chat template warmup failed",
+                            "Using None for EOS token id because tokenizer is not initialized"),
+    "vllm.engine.arg_utils": ("This model does not officially support disabling chunked prefill",),
+}
+
+
+class _DropExpectedWarnings(logging.Filter):
+    def __init__(self, prefixes: tuple[str, ...]):
+        super().__init__()
+        self.prefixes = prefixes
+
     def filter(self, record: logging.LogRecord) -> bool:
-        return not record.getMessage().startswith("Chat template warmup failed")
+        return not record.getMessage().startswith(self.prefixes)
+
+
+def _drop_expected_warnings() -> None:
+    for name, prefixes in _EXPECTED_WARNINGS.items():
+        log = logging.getLogger(name)
+        if not any(isinstance(f, _DropExpectedWarnings) for f in log.filters):
+            log.addFilter(_DropExpectedWarnings(prefixes))
 
 
 class VLLMEngine:
@@ -149,9 +187,7 @@ class VLLMEngine:
         os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
         from vllm import LLM
 
-        # without a tokenizer vLLM's chat-template warm-up fails at every start and logs a traceback; nothing
-        # here uses chat templates
-        logging.getLogger("vllm.renderers.base").addFilter(_DropChatTemplateWarmup())
+        _drop_expected_warnings()
 
         kv_gb = kv_cache_gb or (0.0 if on_gpu else _CPU_KV_CACHE_GB)
         kwargs = dict(model=self.weights_dir, dtype=dtype, seed=seed, enforce_eager=enforce_eager,
@@ -162,6 +198,8 @@ class VLLMEngine:
             kwargs["kv_cache_memory_bytes"] = int(kv_gb * 2**30)
         if sleep_mode:
             kwargs["enable_sleep_mode"] = True
+        if not on_gpu:  # a chunked prompt rewinds its seeded CPU generator, which has no offset: see the docstring
+            kwargs["enable_chunked_prefill"] = False
         kwargs.update(llm_kwargs or {})  # anything else vllm.LLM takes (tests: a small block_size)
         t0 = time.perf_counter()
         self.llm = LLM(**kwargs)

@@ -175,6 +175,30 @@ def test_prompt_longer_than_the_engine_allows_is_a_clear_error(engine):
         engine.generate(ids, mask, SamplingParams(engine.max_model_len), _gen(0))
 
 
+def test_seeded_prompts_over_the_step_token_budget(engine, policy):
+    # vLLM schedules at most max_num_batched_tokens prompt tokens per step (4096 on a CPU). With chunked prefill
+    # (vLLM's default) a call whose prompts hold more is split mid-prompt: the token sampled after a partial prompt
+    # is discarded and vLLM rewinds the request's seeded generator with set_offset, which a CPU generator lacks
+    # ("CPU Generator does not use offset", v1/worker/gpu_model_runner.py _bookkeeping_sync): the engine core
+    # died. Here: groups of 2 samples of distinct 41-token prompts, seeded, whose first samples alone hold more
+    # tokens than the budget (the second sample of a group may reuse its first's cached 32-token block).
+    sched = engine.llm.llm_engine.vllm_config.scheduler_config
+    n = sched.max_num_batched_tokens // 41 + 8
+    texts = [f"{i:04d}+" + "1234567890" * 3 + "+123=" for i in range(n)]  # <bos> + 40 characters
+    ids, mask = _prompts(2, texts=texts)
+    assert n * 41 > sched.max_num_batched_tokens and (mask.sum(-1) == 41).all()
+    p = SamplingParams(6)
+    a = engine.generate(ids, mask, p, _gen(21))
+    b = engine.generate(ids, mask, p, _gen(21))
+    assert torch.equal(a.response_ids, b.response_ids) and torch.equal(a.logp, b.logp)
+    assert _mismatch(policy, ids, mask, a)[0] < LOGP_ATOL
+    # the first 4 groups alone (one step's prefill) draw the same per-request seeds (torch.randint's first 4 of n)
+    # and sample the same tokens: a request's samples do not depend on how vLLM packed the call
+    c = engine.generate(ids[:8], mask[:8], p, _gen(21))
+    rows = lambda g: [r[m].tolist() for r, m in zip(g.response_ids, g.response_mask)]  # noqa: E731
+    assert rows(c) == rows(a)[:8]
+
+
 # ---------------------------------------------------------------------------------------------------------
 # end to end: `objbench train rollout.engine=vllm` trains like the hf engine on the same seed
 
