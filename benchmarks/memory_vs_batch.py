@@ -24,9 +24,11 @@ import tempfile
 import time
 from pathlib import Path
 
+# the SmolLM2 study's task (experiments/sweeps/smollm2_arithmetic.yaml): one-digit sums, 32 new tokens
 TASK = ["task.name=reasoning_gym", "task.dataset=basic_arithmetic",
-        "task.dataset_args={min_terms: 2, max_terms: 2, min_digits: 1, max_digits: 1}",
-        "task.answer_format=last_number"]
+        "task.dataset_args={min_terms: 2, max_terms: 2, min_digits: 1, max_digits: 1, operators: ['+'], "
+        "allow_parentheses: false, allow_negation: false}", "task.answer_format=last_number",
+        "task.eval_size=48", "rollout.max_new_tokens=32"]
 
 
 def run_once(model: str, completions: int, micro: int, steps: int, out: Path, extra: list[str]) -> dict:

@@ -71,7 +71,6 @@ import atexit
 import json
 import os
 import re
-import select
 import signal
 import subprocess
 import sys
@@ -80,6 +79,8 @@ import time
 from collections import OrderedDict
 from dataclasses import dataclass
 from fractions import Fraction
+
+from .pipes import read_line
 
 STYLES: tuple[str, ...] = ("gsm8k", "boxed", "last_number")
 REASONS: tuple[str, ...] = ("correct", "wrong", "unparseable", "timeout", "too_long")
@@ -489,19 +490,7 @@ class _SymbolicWorker:
 
     def _readline(self, deadline: float) -> bytes | None:
         """One line from the worker, or None at the deadline. Raises EOFError when the worker has exited."""
-        fd = self._proc.stdout.fileno()
-        while b"\n" not in self._buf:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                return None
-            readable, _, _ = select.select([fd], [], [], remaining)
-            if not readable:
-                return None
-            chunk = os.read(fd, 65536)
-            if not chunk:
-                raise EOFError("math-verify worker exited")
-            self._buf += chunk
-        line, _, self._buf = self._buf.partition(b"\n")
+        line, self._buf = read_line(self._proc.stdout.fileno(), self._buf, deadline, "math-verify worker exited")
         return line
 
 

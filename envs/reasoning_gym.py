@@ -104,6 +104,7 @@ from dataclasses import dataclass, replace
 
 from . import mathcheck
 from .base import Problem, RewardResult, Task, _check_nonneg_int, check_int, interleave, invalid_result
+from .pipes import read_line
 
 PINNED_VERSION = "0.1.25"
 """The reasoning-gym version UNSAFE_SCORERS and HASH_SEED_DEPENDENT were derived from."""
@@ -641,16 +642,7 @@ class _ScorerWorker:
 
     def _readline(self, deadline: float) -> bytes | None:
         """One line from the worker, or None at the deadline. Raises EOFError when the worker has exited."""
-        fd = self._proc.stdout.fileno()
-        while b"\n" not in self._buf:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0 or not select.select([fd], [], [], remaining)[0]:
-                return None
-            chunk = os.read(fd, 1 << 16)
-            if not chunk:
-                raise EOFError("the scorer worker exited")
-            self._buf += chunk
-        line, _, self._buf = self._buf.partition(b"\n")
+        line, self._buf = read_line(self._proc.stdout.fileno(), self._buf, deadline, "the scorer worker exited")
         return line
 
 
