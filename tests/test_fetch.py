@@ -193,3 +193,20 @@ def test_fetch_converts_to_a_folder_with_the_gguf_models_logits(tmp_path):
     with torch.no_grad():
         diff = (ref(ids).logits - model(ids).logits).abs().max().item()
     assert diff <= 1e-4, diff
+
+    # ... and it trains: 2 GRPO steps on reasoning-gym sums with micro-batches, as the README's command
+    pytest.importorskip("reasoning_gym")
+    from objbench.experiments.cli import main
+
+    out = tmp_path / "runs"
+    rc = main(["train", "--quiet", f"model.path={dest}", "task.name=reasoning_gym", "task.dataset=basic_arithmetic",
+               "task.dataset_args={min_terms: 2, max_terms: 2, min_digits: 1, max_digits: 1}",
+               "task.answer_format=last_number", "task.eval_size=8", "objective.group_size=4",
+               "rollout.completions_per_step=8", "rollout.max_new_tokens=8", "train.micro_batch_size=4",
+               "train.steps=2", "train.eval_every=2", "train.eval_samples=2", "optim.lr=3e-6", f"out_dir={out}",
+               "name=r"])
+    assert rc == 0
+    rows = [json.loads(line) for line in (out / "r" / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows] == [1, 2] and all(r["rollout/tokens"] > 0 for r in rows)
+    assert "kl/k3" in rows[0] and "kl/exact" not in rows[0]  # a 49,152-token vocabulary: no exact KL by default
+    assert (out / "r" / "done").exists()
