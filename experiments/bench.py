@@ -57,7 +57,7 @@ def bench(config=None, overrides=(), steps: int = 20, warmup: int = 3, quiet: bo
     other = total - accounted
     upd = sum(t.get(k, 0.0) for k in ("forward", "loss", "backward", "optimizer"))
     res = {
-        "config": f"objective={cfg.objective.name} model={cfg.model.arch} "
+        "config": f"objective={cfg.objective.name} model={cfg.model.path or cfg.model.arch} "
                   f"completions/step={cfg.rollout.completions_per_step} G={cfg.objective.group_size}",
         "threads": torch.get_num_threads(),
         "steps": steps, "s_per_step": total / steps,
