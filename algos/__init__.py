@@ -33,6 +33,14 @@ Public API
     algos.surrogates.{ppo_clip, cispo, sapo}
     algos.registry.{ADVANTAGE_ESTIMATORS, AGGREGATION_MODES, KL_ESTIMATORS, RATIO_LEVELS, SURROGATES,
                     SCHEDULE_KINDS, GROUP_SIZE_RULES}
+
+Extension API (plug-ins register into these; README "Extending objbench")
+-------------------------------------------------------------------------
+    algos.SURROGATES, ADVANTAGE_ESTIMATORS, AGGREGATION_MODES, KL_ESTIMATORS, RATIO_LEVELS, SCHEDULE_KINDS,
+    GROUP_SIZE_RULES (``Registry``; ``.register(name, member)``, ``.origin(name)``) and the member types
+    algos.Surrogate, AdvantageEstimator, RatioLevel, ScheduleKind, GroupSizeRule; aggregation modes and KL
+    estimators are plain functions. algos.member_settings(cfg, name) gives a plug-in member's settings;
+    algos.check_member(family, name) runs the conformance check (algos/conformance.py).
 """
 
 # component modules first: importing them fills the registries that config validation reads
@@ -65,6 +73,24 @@ from objbench.algos import presets as _presets_module  # noqa: F401
 from objbench.algos.presets import get_preset, presets
 from objbench.algos.objective import METRIC_DOCS, compute_advantages, compute_loss, compute_value_loss
 from objbench.algos.schedules import objective_at
+# the public extension API: the registries plug-ins register into, and their member types (algos/registry.py)
+from objbench.algos.registry import (
+    ADVANTAGE_ESTIMATORS,
+    AGGREGATION_MODES,
+    GROUP_SIZE_RULES,
+    KL_ESTIMATORS,
+    RATIO_LEVELS,
+    SCHEDULE_KINDS,
+    SURROGATES,
+    Registry,
+)
+from objbench.algos.surrogates import Surrogate
+from objbench.algos.advantages import AdvantageEstimator
+from objbench.algos.policy import RatioLevel
+from objbench.algos.schedules import ScheduleKind
+from objbench.algos.groups import GroupSizeRule
+from objbench.algos.config import member_settings
+from objbench.algos.conformance import check_member
 
 __all__ = [
     "aggregate",
@@ -103,4 +129,19 @@ __all__ = [
     "compute_loss",
     "compute_value_loss",
     "METRIC_DOCS",
+    "ADVANTAGE_ESTIMATORS",
+    "AGGREGATION_MODES",
+    "GROUP_SIZE_RULES",
+    "KL_ESTIMATORS",
+    "RATIO_LEVELS",
+    "SCHEDULE_KINDS",
+    "SURROGATES",
+    "Registry",
+    "Surrogate",
+    "AdvantageEstimator",
+    "RatioLevel",
+    "ScheduleKind",
+    "GroupSizeRule",
+    "member_settings",
+    "check_member",
 ]

@@ -374,6 +374,7 @@ class AdvantageEstimator:
     reads: Tuple[str, ...]
     all_equal_zero: bool
     reads_token_rewards: bool = True  # False: compute_advantages may pass token_rewards=None (it is not read)
+    settings: Optional[type] = None  # a plug-in's settings dataclass: compute() then also gets settings=<instance>
 
 
 def _gae_estimator(*, seq_rewards, token_rewards, mask, values, group_size, cfg):

@@ -77,6 +77,7 @@ __all__ = [
     "KL_PLACEMENT_READS",
     "ZERO_VAR_CHECKS",
     "fields_read",
+    "member_settings",
     "check_against_rollout",
     "with_overrides",
     "config_to_dict",
@@ -137,6 +138,9 @@ def _check_types(obj) -> None:
             object.__setattr__(obj, f.name, _check_list(where, v, typing.get_args(tp)[0]))
         elif tp == Dict[str, Dict[str, Schedule]]:
             object.__setattr__(obj, f.name, _check_schedule_map(where, v))
+        elif tp == Dict[str, Dict[str, Any]]:  # ObjectiveConfig.options, checked by _resolve_options
+            if not isinstance(v, Mapping) or not all(isinstance(x, Mapping) for x in v.values()):
+                raise ValueError(f"{where} must map member names to mappings of settings, got {v!r}")
         else:  # pragma: no cover - guards the OmegaConf contract for future fields
             raise TypeError(f"{where}: unsupported field type {tp!r}")
 
@@ -480,6 +484,8 @@ class ObjectiveConfig:
     """group size per prompt (seed 003 direction 1: adaptive G at a fixed completion budget)."""
     schedules: Dict[str, Dict[str, Schedule]] = field(default_factory=dict)
     """float fields that follow a schedule over training: section -> field -> Schedule (algos.schedules); {} = none."""
+    options: Dict[str, Dict[str, Any]] = field(default_factory=dict, metadata={"absent_means": {}})
+    """plug-in members' own settings: member name -> field -> value (objective.options.gpg.beta=0.5); {} = none."""
 
     def __post_init__(self):
         _check_types(self)
@@ -518,6 +524,7 @@ class ObjectiveConfig:
             )
         if self.schedules:
             self._check_schedules()
+        object.__setattr__(self, "options", _resolve_options(self))
 
     def _check_schedules(self) -> None:
         """Each scheduled field is a float field the components read every step; every value it reaches is valid."""
@@ -574,6 +581,63 @@ class ObjectiveConfig:
                     f"in {members} reads it); set it back to its default {default!r} -- otherwise a sweep over "
                     f"{path} runs identical arms under different labels"
                 )
+
+
+# the slots whose members may declare settings of their own (a plug-in's dataclass), with their registries
+_SETTINGS_SLOTS = (("ratio.surrogate", SURROGATES), ("adv.estimator", ADVANTAGE_ESTIMATORS),
+                   ("groups.rule", GROUP_SIZE_RULES))
+
+
+def _settings_members(cfg) -> Dict[str, tuple]:
+    """The chosen members that declare settings: name -> (slot, settings dataclass)."""
+    out: Dict[str, tuple] = {}
+    for slot, registry in _SETTINGS_SLOTS:
+        name = _get(cfg, slot)
+        cls = getattr(registry.get(name), "settings", None)
+        if cls is not None:
+            if name in out:
+                raise ValueError(f"ObjectiveConfig: {out[name][0]} and {slot} both choose a member named {name!r} "
+                                 f"with settings; objective.options.{name} would be ambiguous (rename one)")
+            out[name] = (slot, cls)
+    return out
+
+
+def _resolve_options(cfg) -> Dict[str, Dict[str, Any]]:
+    """``cfg.options`` checked against the chosen members' settings dataclasses and completed with their defaults:
+    an entry for a member that is not chosen (or declares no settings), an unknown setting or a wrong type raises
+    ValueError naming ``objective.options.<member>.<field>``."""
+    members = _settings_members(cfg)
+    for name in cfg.options:
+        if name not in members:
+            raise ValueError(
+                f"ObjectiveConfig.options.{name}: no chosen component named {name!r} declares settings, so nothing "
+                f"reads them (chosen members with settings: {sorted(members) or 'none'})")
+    return {name: dataclasses.asdict(_settings_instance(name, cls, cfg.options.get(name, {})))
+            for name, (_, cls) in members.items()}
+
+
+def _settings_instance(name: str, cls, values: Mapping[str, Any]):
+    known = [f.name for f in dataclasses.fields(cls)]
+    for key in values:
+        if key not in known:
+            raise ValueError(f"ObjectiveConfig.options.{name}.{key}: {cls.__name__} has no setting {key!r}; its "
+                             f"settings: {', '.join(known) or 'none'}")
+    try:
+        inst = cls(**dict(values))
+    except (TypeError, ValueError) as e:
+        raise ValueError(f"ObjectiveConfig.options.{name}: {e}") from None
+    try:
+        _check_types(inst)
+    except (TypeError, ValueError) as e:
+        raise ValueError(f"ObjectiveConfig.options.{name}: {e}") from None
+    return inst
+
+
+def member_settings(cfg, name: str):
+    """The settings dataclass instance of chosen member ``name`` (``cfg.options[name]``), or None when the member
+    declares no settings."""
+    members = _settings_members(cfg)
+    return members[name][1](**cfg.options.get(name, {})) if name in members else None
 
 
 def check_against_rollout(cfg: ObjectiveConfig, max_new_tokens: int) -> None:
@@ -653,7 +717,8 @@ def with_overrides(cfg, overrides: Mapping[str, Any], _prefix: str = ""):
     for head, sub_overrides in grouped.items():
         direct[head] = with_overrides(direct.get(head, getattr(cfg, head)), sub_overrides, f"{_prefix}{head}.")
     for head, flat in mapped.items():
-        direct[head] = _merge_schedules(direct.get(head, getattr(cfg, head)), flat, f"{_prefix}{head}")
+        merge = _merge_options if head == "options" else _merge_schedules
+        direct[head] = merge(direct.get(head, getattr(cfg, head)), flat, f"{_prefix}{head}")
     return dataclasses.replace(cfg, **direct)
 
 
@@ -678,6 +743,18 @@ def _merge_schedules(current, flat: Mapping[str, Any], where: str) -> Dict[str, 
     for (sec, name), kw in pending.items():
         base = out.get(sec, {}).get(name, Schedule())
         out.setdefault(sec, {})[name] = dataclasses.replace(base, **kw)
+    return out
+
+
+def _merge_options(current, flat: Mapping[str, Any], where: str) -> Dict[str, Dict[str, Any]]:
+    """``current`` (member -> setting -> value) with ``{"gpg.beta": 0.5}`` applied."""
+    out = {name: dict(values) for name, values in current.items()}
+    for key, value in flat.items():
+        name, dot, setting = key.partition(".")
+        if not dot or "." in setting:
+            raise ValueError(f"config key {where}.{key!r}: a plug-in member's setting is set as "
+                             f"{where}.<member>.<setting> (e.g. {where}.gpg.beta)")
+        out.setdefault(name, {})[setting] = value
     return out
 
 

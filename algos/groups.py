@@ -49,7 +49,7 @@ from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 import torch
 
 from objbench.algos._checks import check_group_size
-from objbench.algos.registry import GROUP_SIZE_RULES
+from objbench.algos.registry import GROUP_SIZE_RULES, settings_kwargs
 
 __all__ = [
     "layout",
@@ -151,6 +151,7 @@ class GroupSizeRule:
     wanted: Callable[..., List[int]]
     reads: Tuple[str, ...]
     adaptive: bool
+    settings: Optional[type] = None  # a plug-in's settings dataclass: wanted() then also gets settings=<instance>
 
 
 def _by_threshold(xs, cfg) -> List[int]:
@@ -183,8 +184,9 @@ def adaptive(cfg) -> bool:
 
 def wanted_sizes(cfg, difficulties: Sequence[int], pass_rates: Mapping[int, float]) -> List[int]:
     """The group size each prompt asks for under ``cfg.groups.rule`` (cfg: an ObjectiveConfig)."""
-    return GROUP_SIZE_RULES.get(cfg.groups.rule).wanted(
-        difficulties=list(difficulties), pass_rates=dict(pass_rates), cfg=cfg)
+    rule = GROUP_SIZE_RULES.get(cfg.groups.rule)
+    return rule.wanted(difficulties=list(difficulties), pass_rates=dict(pass_rates), cfg=cfg,
+                       **settings_kwargs(rule, cfg.groups.rule, cfg.options))
 
 
 def fill_budget(wanted: Sequence[int], budget: int, min_size: int = 2) -> List[int]:

@@ -39,7 +39,7 @@ from objbench.algos.config import ObjectiveConfig
 from objbench.algos.kl import estimate
 from objbench.algos.policy import _check_args as _check_policy_loss_args
 from objbench.algos.policy import _masked_log_probs, _masked_policy_loss
-from objbench.algos.registry import ADVANTAGE_ESTIMATORS
+from objbench.algos.registry import ADVANTAGE_ESTIMATORS, settings_kwargs
 from objbench.algos.surrogates import OPTION_DEFAULTS
 
 __all__ = ["compute_advantages", "compute_loss", "compute_value_loss", "METRIC_DOCS"]
@@ -154,7 +154,8 @@ def compute_advantages(
 
     # 2. the advantage estimator (one signature for every member)
     advantages, returns = est.compute(seq_rewards=seq_rewards, token_rewards=token_rewards, mask=mask, values=values,
-                                      group_size=groups, cfg=cfg.adv)
+                                      group_size=groups, cfg=cfg.adv,
+                                      **settings_kwargs(est, cfg.adv.estimator, cfg.options))
     if outcome_test:  # all-equal outcome groups: advantage 0 at every token, the KL noise discarded
         repeats = G if sizes is None else torch.tensor(sizes, device=zero_var.device)
         advantages = advantages.masked_fill(zero_var.repeat_interleave(repeats)[:, None], 0.0)
@@ -273,7 +274,8 @@ def compute_loss(
     sur = _check_policy_loss_args(logp, old_logp, advantages, mask, cfg.ratio.level, cfg.ratio.surrogate, agg,
                                   options)
     lp, old = _masked_log_probs(logp, old_logp, mask)  # sanitised before exp/log: garbage must not reach the gradient
-    loss, metrics = _masked_policy_loss(lp, old, advantages, mask, cfg.ratio.level, sur, options, agg, L)
+    loss, metrics = _masked_policy_loss(lp, old, advantages, mask, cfg.ratio.level, sur, options, agg, L,
+                                        settings_kwargs(sur, cfg.ratio.surrogate, cfg.options))
     metrics["policy_loss"] = loss.detach()
 
     kl_in_loss = cfg.kl.placement == "loss" and cfg.kl.beta > 0

@@ -218,7 +218,7 @@ def _check_choices(ratio, surrogate, agg, options):
     return sur
 
 
-def _masked_policy_loss(lp, old, advantages, mask, ratio, sur, options, agg, max_len):
+def _masked_policy_loss(lp, old, advantages, mask, ratio, sur, options, agg, max_len, settings_kw=None):
     """policy_loss after its checks, from log-probs already 0 under ~mask (``lp`` with grad, ``old`` detached);
     compute_loss calls it with the masked log-probs it shares with the KL term."""
     inv = complement(mask)
@@ -231,7 +231,10 @@ def _masked_policy_loss(lp, old, advantages, mask, ratio, sur, options, agg, max
     log_r = level.log_ratio(lp, old, mask)  # (B, T)
     r = torch.exp(log_r)
 
-    loss_mat, events = sur.loss(ratio=r, logp=lp, adv=adv, mask=mask, opts={k: options[k] for k in sur.reads})
+    if settings_kw is None:  # policy_loss called directly: a plug-in surrogate's settings take their defaults
+        settings_kw = {} if getattr(sur, "settings", None) is None else {"settings": sur.settings()}
+    loss_mat, events = sur.loss(ratio=r, logp=lp, adv=adv, mask=mask, opts={k: options[k] for k in sur.reads},
+                                **settings_kw)
     loss = aggregate(loss_mat, mask, agg, max_len)
 
     with torch.no_grad():

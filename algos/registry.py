@@ -30,11 +30,39 @@ reads), so that
 
 Registration happens when the family's module is imported; ``import algos`` (which any ``import
 algos.<module>`` triggers first) imports them all, so the registries are always complete.
+
+Plug-ins (``objbench train --import FILE``, ``experiments/plugins.py``) register into these same registries with
+the same member types; ``Registry.origin(name)`` says which plug-in registered a member (None: built in). A member
+of ``SURROGATES``, ``ADVANTAGE_ESTIMATORS`` or ``GROUP_SIZE_RULES`` may declare ``settings=<a dataclass>``: its
+values come from ``objective.options.<name>.<field>`` and the member is called with one more keyword argument,
+``settings=<that dataclass's instance>`` (``algos.config.member_settings``). The signatures above are the contract
+(tests/test_plugins.py pins them).
 """
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any, Callable, Dict, Iterator, Optional, Tuple
+
+_LOADING: list = []  # the plug-in being imported (experiments.plugins), innermost last
+
+
+@contextlib.contextmanager
+def registering_as(origin: str):
+    """Tag every registration made inside the block with ``origin`` (a plug-in's label)."""
+    _LOADING.append(origin)
+    try:
+        yield
+    finally:
+        _LOADING.pop()
+
+
+def settings_kwargs(member: Any, name: str, options: Dict[str, Dict[str, Any]]) -> Dict[str, Any]:
+    """``{"settings": <instance>}`` for a member that declares a settings dataclass (its values from
+    ``options[name]``, ``ObjectiveConfig.options``), else ``{}``: the extra keyword argument the member is called
+    with."""
+    cls = getattr(member, "settings", None)
+    return {} if cls is None else {"settings": cls(**options.get(name, {}))}
 
 
 class Registry:
@@ -48,6 +76,7 @@ class Registry:
         self.family = family
         self.signature = signature
         self._items: Dict[str, Any] = {}
+        self._origins: Dict[str, str] = {}
 
     def register(self, name: str, obj: Optional[Any] = None) -> Callable:
         """``@REG.register("name")`` as a decorator, or ``REG.register("name", obj)`` directly."""
@@ -58,6 +87,8 @@ class Registry:
             if name in self._items:
                 raise ValueError(f"{self.family} {name!r} is already registered")
             self._items[name] = o
+            if _LOADING:
+                self._origins[name] = _LOADING[-1]
             return o
 
         return _add if obj is None else _add(obj)
@@ -67,8 +98,16 @@ class Registry:
             return self._items[name]
         except (KeyError, TypeError):
             raise ValueError(
-                f"unknown {self.family} {name!r}; valid names: {', '.join(self.names())}"
+                f"unknown {self.family} {name!r}; valid names: {', '.join(self.names())} (a plug-in's member? load "
+                f"its file with --import FILE, or `imports:` in a sweep spec)"
             ) from None
+
+    def origin(self, name: str) -> Optional[str]:
+        """The plug-in that registered ``name`` (its label), or None for a built-in member."""
+        return self._origins.get(name)
+
+    def plugin_names(self) -> Tuple[str, ...]:
+        return tuple(sorted(self._origins))
 
     def names(self) -> Tuple[str, ...]:
         return tuple(sorted(self._items))

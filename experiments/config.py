@@ -526,7 +526,12 @@ def load_config(path: str | Path | None = None, overrides: list[str] | tuple = (
 
     Precedence, lowest first: defaults < preset < YAML < ``extra`` < CLI overrides; a CLI ``objective=``
     replaces the whole objective section with that preset before the CLI's own objective.* overrides.
+    Installed plug-ins (entry points) are loaded first; a plug-in member the objective chooses is checked
+    (``experiments.plugins.check_chosen_members``) before anything else runs.
     """
+    from objbench.experiments.plugins import load_plugins
+
+    load_plugins()
     file_dict: dict[str, Any] = {}
     if path is not None:
         path = Path(path)
@@ -582,6 +587,16 @@ def load_config(path: str | Path | None = None, overrides: list[str] | tuple = (
         if isinstance(e, ConfigError):
             raise
         raise ConfigError(str(e)) from None
+    check_resolved(cfg, check_device)
+    return cfg
+
+
+def check_resolved(cfg: TrainConfig, check_device: bool = True) -> None:
+    """The checks of a resolved config that need more than its fields: plug-in members, the model folder, the task
+    (built once: a data-set task reads its file), optional packages and the sampler's length budget."""
+    from objbench.experiments.plugins import check_chosen_members
+
+    check_chosen_members(cfg.objective)  # a plug-in member that breaks its registry's contract is refused here
     check_model(cfg, device=check_device)  # a bad model folder stops here, before any compute or run folder
     task = build_task(cfg)  # once: a data-set task reads its file when built
     _check_charset(cfg, task)
@@ -596,7 +611,6 @@ def load_config(path: str | Path | None = None, overrides: list[str] | tuple = (
         check_against_rollout(cfg.objective, max_new_tokens(cfg, task))
     except ValueError as e:
         raise ConfigError(str(e)) from None
-    return cfg
 
 
 def check_optional_packages(cfg: TrainConfig) -> None:

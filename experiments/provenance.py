@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from objbench.experiments.plugins import records as plugin_records
 from objbench.rollout.models import n_params
 
 if TYPE_CHECKING:  # annotations only
@@ -126,4 +127,5 @@ def run_meta(cfg: TrainConfig, s: Setup, state: LoopState, model_info: dict | No
             "chat_template": s.codec.chat, "model": model_info or {"arch": cfg.model.arch},
             "n_params": n_params(s.policy), "argv": sys.argv,
             # a reasoning-gym scorer that evaluates the model's text, allowed by task.allow_unsafe_scorer=true
-            "unsafe_scorer": bool(getattr(s.task, "unsafe_scorer", False)), **(extra or {})}
+            "unsafe_scorer": bool(getattr(s.task, "unsafe_scorer", False)),
+            "plugins": plugin_records(), **(extra or {})}

@@ -39,12 +39,13 @@ from __future__ import annotations
 import json
 import os
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import yaml
 
 from objbench.experiments.config import ConfigError, TrainConfig, config_differences, load_config, to_dict
+from objbench.experiments.plugins import PluginError, ensure_loaded, load_plugins
 from objbench.experiments.sweep_spec import SweepSpec, check_gpus_per_run, load_spec
 from objbench.experiments.workers import ANSI, Job, Outcome, one_line, run_jobs
 
@@ -71,6 +72,8 @@ class Sweep:
     out_dir: Path
     """absolute folder that holds the sweep folder"""
     runs: list[RunSpec]
+    plugins: list = field(default_factory=list)
+    """the plug-ins (experiments.plugins.Plugin) of the spec's imports and --import: every worker loads them"""
 
     @property
     def name(self) -> str:
@@ -108,14 +111,19 @@ class Sweep:
 
 
 def load_sweep(path: str | Path, out_dir: str | None = None, extra_overrides: list[str] = (), *,
-               check_device: bool = True) -> Sweep:
-    """Read a sweep spec (sweep_spec.load_spec) and resolve the run config of every (arm, grid point, seed).
+               check_device: bool = True, imports: list[str] = ()) -> Sweep:
+    """Read a sweep spec (sweep_spec.load_spec), load its plug-ins (the spec's ``imports``, relative to the spec
+    file, then ``imports`` from the command line) and resolve the run config of every (arm, grid point, seed).
     Raises ConfigError naming the problem. ``check_device=False`` (the Ray executor) leaves model.device to the
     workers: a CPU driver may submit GPU runs."""
     spec = load_spec(path)
+    try:
+        plugins = load_plugins(spec.imports, base_dir=spec.path.parent) + load_plugins(imports)
+    except PluginError as e:
+        raise PluginError(f"{spec.path}: {e}") from None
     # absolute: Ray workers (and anything else) run elsewhere, and must write where sweep.json goes
     out = Path(os.path.abspath(os.path.expanduser(out_dir or spec.out_dir or "results/runs")))
-    return Sweep(spec, out, _expand(spec, out / spec.name, list(extra_overrides), check_device))
+    return Sweep(spec, out, _expand(spec, out / spec.name, list(extra_overrides), check_device), plugins)
 
 
 def _expand(spec: SweepSpec, sweep_dir: Path, extra_overrides: list[str], check_device: bool) -> list[RunSpec]:
@@ -308,24 +316,26 @@ def _gpu_slots(g: float, visible: list[str]) -> list[str]:
 # the sweep
 
 
-def _run_one(cfg: TrainConfig, meta_extra: dict, threads: int) -> tuple[str, float]:
-    """Worker entry: one run, no per-step progress bar."""
+def _run_one(cfg: TrainConfig, meta_extra: dict, threads: int, plugins: tuple = ()) -> tuple[str, float]:
+    """Worker entry: one run, no per-step progress bar (the sweep's plug-ins loaded first)."""
     import torch
 
     from objbench.experiments.train import train
 
+    ensure_loaded(plugins)
     torch.set_num_threads(threads)
     t0 = time.time()
     train(cfg, progress=False, meta_extra=meta_extra)
     return cfg.run_name, time.time() - t0
 
 
-def _warm_one(cfg: TrainConfig, threads: int) -> str:
+def _warm_one(cfg: TrainConfig, threads: int, plugins: tuple = ()) -> str:
     import torch
 
     from objbench.experiments.config import build_task
     from objbench.experiments.warmstart import warm_start
 
+    ensure_loaded(plugins)  # a plug-in task must be registered before build_task
     torch.set_num_threads(threads)
     warm_start(cfg, build_task(cfg))  # trains with a fixed thread count (rollout.sft.WARM_START_THREADS)
     return f"seed {cfg.seed}"
@@ -355,7 +365,7 @@ def write_sweep_files(sw: Sweep, command: str):
     (sw.sweep_dir / "sweep.yaml").write_text(sw.path.read_text())
     info = {"name": sw.name, "spec_hash": sw.spec_hash, "command": command, "arms": sw.arms,
             "seeds": sw.seeds, "commit": git_commit(), "base_config": sw.base, "spec_path": str(sw.path),
-            "report": sw.spec.report or {}}
+            "report": sw.spec.report or {}, "plugins": [p.record() for p in sw.plugins]}
     (sw.sweep_dir / "sweep.json").write_text(json.dumps(info, indent=1))
 
 
@@ -466,12 +476,13 @@ def _run_local(sw: Sweep, todo: list[RunSpec], workers: int, threads: int, slots
     warm_of = {}
     for i, (key, runs) in enumerate(groups.items(), 1):
         name = _warm_label(i, len(groups), runs)
-        jobs.append(Job(name, _warm_one, (runs[0].cfg, threads)))
+        jobs.append(Job(name, _warm_one, (runs[0].cfg, threads, tuple(sw.plugins))))
         for r in runs:
             warm_of[r.cfg.run_name] = name
     for r in todo:
         meta = {"arm": r.arm, "sweep": sw.name, "spec_hash": sw.spec_hash}
-        jobs.append(Job(r.cfg.run_name, _run_one, (r.cfg, meta, threads), after=warm_of.get(r.cfg.run_name)))
+        jobs.append(Job(r.cfg.run_name, _run_one, (r.cfg, meta, threads, tuple(sw.plugins)),
+                        after=warm_of.get(r.cfg.run_name)))
         run_of[r.cfg.run_name] = r
     gpu_free = {"CUDA_VISIBLE_DEVICES": ""} if _cuda_count() else {}  # runs that need no GPU see none
     envs = [{"CUDA_VISIBLE_DEVICES": s} for s in slots] if slots else [gpu_free] * workers
@@ -535,16 +546,17 @@ def _check_visible(sweep_dir: str):
                            "its output folder on a filesystem every node shares (e.g. --out /shared/runs)")
 
 
-def _ray_warm(cfg: TrainConfig, threads: int, sweep_dir: str) -> str:
+def _ray_warm(cfg: TrainConfig, threads: int, sweep_dir: str, plugins: tuple = ()) -> str:
     _check_visible(sweep_dir)
-    return _warm_one(cfg, threads)
+    return _warm_one(cfg, threads, plugins)
 
 
-def _ray_run(cfg: TrainConfig, meta_extra: dict, threads: int, cwd: str, sweep_dir: str, _warm=None):
+def _ray_run(cfg: TrainConfig, meta_extra: dict, threads: int, cwd: str, sweep_dir: str, _warm=None,
+             plugins: tuple = ()):
     _check_visible(sweep_dir)
     if not os.path.isabs(cfg.out_dir):  # a folder begun before out_dirs were absolute (see check_existing)
         os.chdir(cwd)
-    return _run_one(cfg, meta_extra, threads)
+    return _run_one(cfg, meta_extra, threads, plugins)
 
 
 def _ray_error(e: BaseException) -> tuple[str, str]:
@@ -564,7 +576,7 @@ def _run_ray(ray, sw: Sweep, todo: list[RunSpec], threads: int, gpus: float, bar
         label = _warm_label(i, len(groups), runs)
         cfg = runs[0].cfg
         ref = warm_task.options(num_cpus=1, num_gpus=gpus if cfg.model.path else 0, name=f"warm-seed{cfg.seed}",
-                                **opts).remote(cfg, threads, str(sw.sweep_dir))
+                                **opts).remote(cfg, threads, str(sw.sweep_dir), tuple(sw.plugins))
         refs[ref] = ("warm", label)
         for r in runs:
             warm_ref[r.cfg.run_name] = (ref, label)
@@ -574,7 +586,7 @@ def _run_ray(ray, sw: Sweep, todo: list[RunSpec], threads: int, gpus: float, bar
         meta = {"arm": r.arm, "sweep": sw.name, "spec_hash": sw.spec_hash}
         dep = warm_ref.get(r.cfg.run_name, (None, None))[0]
         ref = run_task.options(num_cpus=threads, num_gpus=gpus, name=r.cfg.run_name, **opts).remote(
-            r.cfg, meta, threads, cwd, str(sw.sweep_dir), dep)
+            r.cfg, meta, threads, cwd, str(sw.sweep_dir), dep, tuple(sw.plugins))
         refs[ref] = ("run", r)
     failures, warm_failed = [], {}
     pending = list(refs)

@@ -16,6 +16,8 @@ A sweep spec is plain data (YAML)::
     resources:                       # optional: what one run needs (the --gpus-per-run flag overrides it)
       gpus_per_run: 1                # default: 1 when model.device is cuda (or auto with CUDA present), else 0
     report: {...}                    # optional: the declared comparisons (analysis/prereg.py documents its keys)
+    imports: [my_objective.py]       # optional plug-ins (.py files relative to this file, or module names), loaded
+                                     # in the sweep process and in every worker before any config is validated
     description: ...                 # optional free text
 
 ``arms: [grpo, dapo]`` is shorthand for ``{grpo: {objective: grpo}, dapo: {objective: dapo}}``; no arms is one
@@ -98,6 +100,8 @@ class SweepSpec:
     report: Any = None
     """the declared comparisons (analysis.prereg.check_report_spec checks them); None = nothing declared"""
     resources: SweepResources = field(default_factory=SweepResources)
+    imports: tuple = ()
+    """plug-ins (experiments.plugins): .py files relative to the spec file, or module names"""
     spec_hash: str = ""
     """sha256 prefix of the spec file's text (load_spec), recorded in sweep.json and every run's meta.json"""
 
@@ -112,6 +116,11 @@ class SweepSpec:
                 raise ConfigError(f"{path}: '{key}' must be a path, got {value!r}")
         object.__setattr__(self, "name", self.name or path.stem)
         object.__setattr__(self, "base", self.base or None)
+        imports = [self.imports] if isinstance(self.imports, str) else self.imports
+        if not isinstance(imports, (list, tuple)) or not all(isinstance(i, str) and i.strip() for i in imports):
+            raise ConfigError(f"{path}: 'imports' must be a list of plug-in files (.py, relative to the spec) or "
+                              f"module names, got {self.imports!r}")
+        object.__setattr__(self, "imports", tuple(imports))
         self._check_seeds()
         self._check_arms()
         object.__setattr__(self, "resources", self._resources(self.resources))

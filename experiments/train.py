@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import operator
+import sys
 import time
 from collections import defaultdict
 from collections.abc import Callable
@@ -57,6 +58,7 @@ from objbench.experiments.provenance import (
     peak_rss_mb,
     run_meta,
 )
+from objbench.experiments.plugins import resume_warning
 from objbench.experiments.rng import step_generator
 from objbench.experiments.run_folder import prepare_run_dir, run_lock, run_status
 from objbench.experiments.scheduling import at_step, control_temperature
@@ -104,7 +106,10 @@ def _train(cfg: TrainConfig, *, progress: bool, cache_dir, meta_extra: dict | No
     s.policy.train()
     opt, critic_opt = make_optimizers(s)
     state = start_state(run_dir, s, opt, critic_opt, resume=status == "resume")
+    before = changed_plugins(run_dir) if status == "resume" else None
     meta = run_meta(cfg, s, state, model_info, meta_extra)
+    if before is not None:
+        meta["plugins_before_resume"] = before
     (run_dir / "meta.json").write_text(json.dumps(meta, indent=1, default=str))
     run_loop(s, run_dir, state, opt, critic_opt, meta, progress, after_step)
     meta["end"] = datetime.now(timezone.utc).isoformat(timespec="seconds")
@@ -112,6 +117,20 @@ def _train(cfg: TrainConfig, *, progress: bool, cache_dir, meta_extra: dict | No
     (run_dir / "meta.json").write_text(json.dumps(meta, indent=1, default=str))
     (run_dir / "done").write_text("")
     return run_dir
+
+
+def changed_plugins(run_dir: Path) -> list | None:
+    """Resuming with plug-in files that changed since the run started: say so (the run goes on) and return the
+    plug-ins its meta.json recorded before, for meta.json to keep; None when nothing changed."""
+    try:
+        old = json.loads((run_dir / "meta.json").read_text()).get("plugins")
+    except (OSError, ValueError, AttributeError):
+        return None
+    warning = resume_warning(old)
+    if not warning:
+        return None
+    print(f"{run_dir}: {warning}", file=sys.stderr)
+    return old
 
 
 def start_state(run_dir: Path, s: Setup, opt, critic_opt, resume: bool) -> LoopState:

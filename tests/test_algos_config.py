@@ -97,8 +97,10 @@ def test_valid_edge_cases_and_int_to_float():
 
 # ------------------------------------------------------------------------------------- OmegaConf contract
 ALLOWED = {str, int, float, bool}
-# the container types OmegaConf handles that the configs use: lists of numbers, and the schedules mapping
-CONTAINERS = {typing.List[float], typing.List[int], typing.Dict[str, typing.Dict[str, Schedule]]}
+# the container types OmegaConf handles that the configs use: lists of numbers, the schedules mapping and the plug-in
+# members' options (member -> setting -> value)
+CONTAINERS = {typing.List[float], typing.List[int], typing.Dict[str, typing.Dict[str, Schedule]],
+              typing.Dict[str, typing.Dict[str, typing.Any]]}
 
 
 @pytest.mark.parametrize("cls", CONFIG_CLASSES + [Schedule, TemperatureControl])

@@ -314,7 +314,8 @@ def test_subpackage_import_check_sees_every_form():
 
 def test_no_item_print_or_logging_in_components():
     # component code never syncs or logs: no .item()/.tolist()/.cpu()/.numpy() calls, no print, no logging
-    for path in _algos_sources():
+    # conformance.py is not a component: it checks a plug-in member once, on a small CPU batch, before training
+    for path in [p for p in _algos_sources() if p.name != "conformance.py"]:
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.Call):
                 fn = node.func
