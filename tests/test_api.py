@@ -1,0 +1,56 @@
+"""The Python API (objbench.train, sweep, load_runs, read_data, report) and the examples that use it."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import objbench
+from objbench.experiments.api import _nested
+
+ROOT = Path(__file__).resolve().parent.parent
+FAST = {"sft.steps": 20, "sft.batch_size": 16, "train.steps": 2, "rollout.completions_per_step": 16,
+        "task.eval_per_difficulty": 2, "train.eval_samples": 2, "train.eval_every": 2}
+
+
+def test_dotted_and_nested_settings_become_one_nested_mapping():
+    assert _nested({"train.steps": 3, "train": {"eval_every": 2}, "objective": "dapo"}) == \
+        {"train": {"steps": 3, "eval_every": 2}, "objective": "dapo"}
+    with pytest.raises(ValueError, match="also given a value"):
+        _nested({"train": 3, "train.steps": 2})
+
+
+def test_train_takes_a_dict_a_list_or_a_config_and_gives_the_same_run(tmp_path):
+    as_dict = objbench.train({**FAST, "out_dir": str(tmp_path), "name": "a"}, progress=False)
+    as_list = [f"{k}={v}" for k, v in FAST.items()] + [f"out_dir={tmp_path}", "name=b"]
+    cfg = objbench.load_config(None, as_list)
+    assert objbench.train(as_list, progress=False).name == "b"
+    assert objbench.train(cfg, progress=False) == tmp_path / "b"  # finished: skipped, same folder
+    a, b = ([{k: v for k, v in json.loads(line).items() if not k.startswith("time") and "rss" not in k}
+             for line in (tmp_path / n / "metrics.jsonl").read_text().splitlines()] for n in "ab")
+    assert as_dict == tmp_path / "a" and len(a) == 2 and json.dumps(a) == json.dumps(b)
+
+
+def test_read_data_and_report_from_a_committed_study(tmp_path):
+    runs = objbench.read_data(ROOT / "results" / "group_size")
+    assert {"arm", "seed"} <= set(runs.configs.columns) and len(runs.seeds) >= 10
+    report = objbench.report(data=ROOT / "results" / "group_size" / "runs.csv.gz", out_dir=tmp_path)
+    assert report.is_file() and "group_size" in report.read_text()
+
+
+def test_the_custom_objective_example_runs(tmp_path):
+    """examples/custom_objective.py --quick: a plug-in surrogate (examples/gpg_plugin.py) beside GRPO in a 2-worker
+    sweep through objbench.sweep and objbench.load_runs."""
+    env = dict(os.environ)
+    out = subprocess.run([sys.executable, str(ROOT / "examples" / "custom_objective.py"), "--quick", "--out",
+                          str(tmp_path)], capture_output=True, text=True, env=env, timeout=600, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "grpo_gpg" in out.stdout and "held-out accuracy" in out.stdout
+    folder = tmp_path / "custom_objective_quick"
+    assert (folder / "report" / "report.md").is_file()
+    assert sorted(objbench.load_runs(folder).present_arms) == ["grpo", "grpo_gpg"]
