@@ -305,6 +305,7 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 
 def main(argv=None) -> int:
+    from objbench.envs.reward_fns import RewardFnError  # light too
     from objbench.experiments.errors import ConfigError, RunFolderError  # light: --help never imports torch
 
     args = parse_args(argv)
@@ -316,6 +317,9 @@ def main(argv=None) -> int:
     except RunFolderError as e:
         print(f"objbench: {e}", file=sys.stderr)
         return 2
+    except RewardFnError as e:  # a reward function raised, hung or died mid-run: the run stops, resumable
+        print(f"objbench: {str(e).splitlines()[0]}", file=sys.stderr)
+        return 1
     except PermissionError as e:
         print(f"objbench: cannot write {e.filename or ''}: permission denied (choose another out_dir=)",
               file=sys.stderr)

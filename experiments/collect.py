@@ -13,6 +13,7 @@ from objbench.algos.advantages import zero_variance_groups
 from objbench.algos.registry import ADVANTAGE_ESTIMATORS
 from objbench.experiments.batch import Batch, concat_batches
 from objbench.experiments.loop_state import LoopState
+from objbench.experiments.reward_terms import RewardTerms
 from objbench.experiments.rng import step_generator
 from objbench.experiments.sample import engine_logp_metrics, recompute_old_logp, rollout
 from objbench.experiments.setup import Setup, prompt_stream
@@ -29,6 +30,7 @@ def collect(s: Setup, step: int, state: LoopState) -> tuple[Batch, Batch, dict]:
     kept: list[Batch] = []
     everything: list[Batch] = []
     engine_diffs: list = []
+    terms = RewardTerms(s)  # reward.fns and reward.task_weight
     n_kept, rounds = 0, 0
     while True:
         stream = prompt_stream(s)
@@ -37,6 +39,7 @@ def collect(s: Setup, step: int, state: LoopState) -> tuple[Batch, Batch, dict]:
         state.prompt_index += n_prompts
         b = rollout(s, problems, G, s.sampling, step_generator(cfg.seed, step, 10 + rounds, s.device), encoded)
         engine_diffs.append(recompute_old_logp(s, b))
+        terms.add(b)
         rounds += 1
         if filt.overlong_penalty:
             lengths = b.response_mask.sum(-1)
@@ -58,7 +61,8 @@ def collect(s: Setup, step: int, state: LoopState) -> tuple[Batch, Batch, dict]:
         if n_kept >= n_prompts or not filt.dynamic_sampling or rounds >= filt.max_rounds:
             break
     allb = concat_batches(everything, s.codec.pad_id)
-    m = {"rollout/rounds": rounds, "rollout/groups_kept": n_kept, **engine_logp_metrics(engine_diffs)}
+    m = {"rollout/rounds": rounds, "rollout/groups_kept": n_kept, **engine_logp_metrics(engine_diffs),
+         **terms.metrics()}
     if G > 1:
         m["rollout/zero_var_frac"] = first_zero_var
     m.update(correction_metrics(s, allb, G))
@@ -86,12 +90,14 @@ def collect_adaptive(s: Setup, step: int, state: LoopState) -> tuple[Batch | Non
     rates = {int(d): r for d, r in (state.pass_rates or {}).items()}
     kept: list[Batch] = []
     everything: list[Batch] = []
+    terms = RewardTerms(s)  # reward.fns and reward.task_weight
     n_kept, rounds = 0, 0
     while True:
         chunk = prompt_stream(s).take(state.prompt_index, budget)  # more than enough
         sizes = GR.fill_budget(GR.wanted_sizes(obj, [p.difficulty for p in chunk], rates), budget, min_size)
         state.prompt_index += len(sizes)
         b = rollout(s, chunk[:len(sizes)], sizes, s.sampling, step_generator(cfg.seed, step, 10 + rounds, s.device))
+        terms.add(b)
         rounds += 1
         if filt.overlong_penalty:
             b.rewards = b.rewards + F.overlong_penalty(b.response_mask.sum(-1), s.sampling.max_new_tokens,
@@ -112,7 +118,7 @@ def collect_adaptive(s: Setup, step: int, state: LoopState) -> tuple[Batch | Non
             break
     allb = concat_batches(everything, s.codec.pad_id)
     first = [sum(allb.group_sizes[:i]) for i in range(len(allb.group_sizes))]  # first row of each group
-    m = {"rollout/rounds": rounds, "rollout/zero_var_frac": first_zero_var,
+    m = {"rollout/rounds": rounds, "rollout/zero_var_frac": first_zero_var, **terms.metrics(),
          "groups/prompts": len(allb.group_sizes), "groups/size_mean": allb.size / len(allb.group_sizes)}
     by_d = defaultdict(list)
     for g, i in zip(allb.group_sizes, first):

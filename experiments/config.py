@@ -368,6 +368,34 @@ class LogConfig:
 
 
 @dataclass(frozen=True)
+class RewardConfig:
+    fns: list[str] = field(default_factory=list)
+    """reward functions added to the task's verifier: "module:function" or "path/file.py:function" with TRL's
+    signature fn(prompts, completions, **columns) -> list[float | None] (None: abstain); see envs/reward_fns.py"""
+    weights: list[float] = field(default_factory=list)
+    """one weight per reward function; empty = 1.0 each"""
+    task_weight: float = 1.0
+    """weight of the task verifier's reward in the sum (0 = off); the verifier alone decides correct, in any case"""
+    timeout: float = 60.0
+    """seconds one call of a reward function (on one batch) may take; past it the run fails naming the function"""
+
+    def __post_init__(self):
+        from objbench.envs.reward_fns import check_fn_spec
+
+        for spec in self.fns:
+            try:
+                check_fn_spec(spec)
+            except ValueError as e:
+                raise ConfigError(str(e)) from None
+        if self.weights and len(self.weights) != len(self.fns):
+            raise ConfigError(f"reward.weights has {len(self.weights)} value(s) for {len(self.fns)} reward.fns; give "
+                              f"one per function, or none (1.0 each)")
+        if not all(math.isfinite(w) for w in [*self.weights, self.task_weight]):
+            raise ConfigError("reward.weights and reward.task_weight must be finite numbers")
+        _positive("reward.timeout", self.timeout)
+
+
+@dataclass(frozen=True)
 class TrainConfig:
     name: str = ""
     """run name (folder under out_dir); empty = <objective.name>__s<seed> when nothing else differs from the
@@ -387,6 +415,7 @@ class TrainConfig:
     optim: OptimConfig = field(default_factory=OptimConfig)
     train: LoopConfig = field(default_factory=LoopConfig)
     log: LogConfig = field(default_factory=LogConfig)
+    reward: RewardConfig = field(default_factory=RewardConfig, metadata=added_later(RewardConfig()))
 
     def __post_init__(self):
         _check_numbers(self)

@@ -20,6 +20,7 @@ from objbench.experiments.config import (
     check_model,
     max_new_tokens,
 )
+from objbench.experiments.reward_terms import start_reward_fns
 from objbench.experiments.warmstart import warm_start
 from objbench.rollout.bundle import DTYPES, Codec, char_codec, load_hf, resolve_device
 from objbench.rollout.engine import HFEngine, SamplingParams, make_engine
@@ -100,6 +101,7 @@ class Setup:
     # optim.lr_schedule / optim.warmup_steps: the policy optimizer's schedule (make_optimizers sets it; stepped after
     # every policy optimizer step, saved in checkpoints); None for a constant learning rate without warm-up
     lr_schedule: "torch.optim.lr_scheduler.LambdaLR | None" = None
+    reward_fns: object = None  # the worker of reward.fns (experiments/reward_terms.py); None: none
 
     _params: tuple = field(default=(None, ()), repr=False)  # (policy, its parameters): see policy_params
 
@@ -204,7 +206,8 @@ def make_setup(cfg: TrainConfig, task, codec, policy, sft_info: dict | None = No
         sampler, history = frozen_copy(policy), deque([weights_copy(policy)])
     return Setup(cfg, task, codec, policy, reference, critic, engine, sampling, eval_sampling,
                  dict(sft_info or {}), bad_ids=bad_ids, device=device, sampler=sampler, history=history,
-                 prompts=PromptStream(task, cfg.effective_data_seed, codec), forward=forward)
+                 prompts=PromptStream(task, cfg.effective_data_seed, codec), forward=forward,
+                 reward_fns=start_reward_fns(cfg))
 
 
 def weights_copy(model: torch.nn.Module) -> dict:

@@ -111,7 +111,11 @@ def _train(cfg: TrainConfig, *, progress: bool, cache_dir, meta_extra: dict | No
     if before is not None:
         meta["plugins_before_resume"] = before
     (run_dir / "meta.json").write_text(json.dumps(meta, indent=1, default=str))
-    run_loop(s, run_dir, state, opt, critic_opt, meta, progress, after_step)
+    try:
+        run_loop(s, run_dir, state, opt, critic_opt, meta, progress, after_step)
+    finally:
+        if s.reward_fns is not None:
+            s.reward_fns.close()
     meta["end"] = datetime.now(timezone.utc).isoformat(timespec="seconds")
     meta["peak_rss_mb"] = peak_rss_mb()
     (run_dir / "meta.json").write_text(json.dumps(meta, indent=1, default=str))

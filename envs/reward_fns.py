@@ -1,0 +1,136 @@
+"""Reward functions (``reward.fns``): a researcher's own reward terms beside the task's verifier, with TRL's
+signature ``fn(prompts, completions, **columns) -> list[float | None]``.
+
+- ``prompts``: the problems' prompt texts; ``completions``: the responses as text (the assistant's text for chat
+  tasks); ``columns``: ``answer`` and ``difficulty`` for every task, plus the problem's extras (a data set row's
+  other columns, a reasoning-gym entry's metadata keys) -- one list per name, aligned with the samples.
+- A value per sample: a number, or None when the function abstains for that sample.
+- A sample's reward is ``task_weight * verifier + sum_k weights[k] * fn_k`` over the terms that did not abstain;
+  the verifier alone decides ``correct`` (accuracy, pass@k, dynamic sampling, lengths of right and wrong answers).
+
+Every function runs in one worker process per run (envs/_reward_fn_worker.py), with a time limit per call
+(``reward.timeout``): a function that raises, returns the wrong thing, hangs or kills its process fails the run
+with ``RewardFnError`` naming it; nothing is zeroed silently. A spec is ``module:function`` (found on the
+working directory and PYTHONPATH) or ``path/file.py:function``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+import time
+
+from .pipes import read_line
+
+__all__ = ["RewardFnError", "RewardFunctions", "check_fn_spec", "fn_names", "columns_of"]
+
+_WORKER_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_reward_fn_worker.py")
+STARTUP_TIMEOUT_S = 120.0  # importing the functions' modules (they may import torch or a tokenizer)
+
+
+class RewardFnError(RuntimeError):
+    """A reward function that cannot be loaded, raised, hung, died or returned something other than one number
+    (or None) per sample."""
+
+
+def check_fn_spec(spec: str) -> None:
+    """``module:function`` or ``path/file.py:function``; ValueError naming the spec otherwise."""
+    target, colon, name = str(spec).rpartition(":")
+    if not colon or not target or not name.isidentifier():
+        raise ValueError(f"reward.fns entry {spec!r} must be 'module:function' or 'path/file.py:function'")
+    if target.endswith(".py") and not os.path.isfile(target):
+        raise ValueError(f"reward.fns entry {spec!r}: file {target} not found")
+
+
+def fn_names(specs: list) -> list:
+    """The metric name of each function (``reward/<name>``): the function's name, made unique with a suffix."""
+    out: list = []
+    for spec in specs:
+        base = str(spec).rpartition(":")[2]
+        name, k = base, 2
+        while name in out or name in ("task", "mean", "acc"):
+            name, k = f"{base}_{k}", k + 1
+        out.append(name)
+    return out
+
+
+def columns_of(problems: list) -> dict:
+    """``answer``, ``difficulty`` and every extra of the problems (``Problem.meta``) as aligned lists."""
+    cols: dict = {"answer": [p.answer for p in problems], "difficulty": [p.difficulty for p in problems]}
+    keys = [k for p in problems for k, _ in p.meta]
+    for key in dict.fromkeys(keys):
+        if key not in cols:
+            cols[key] = [dict(p.meta).get(key) for p in problems]
+    return cols
+
+
+class RewardFunctions:
+    """The worker process of one run's reward functions. ``RewardFunctions(specs, timeout)`` starts it and imports
+    the functions (RewardFnError when one cannot be loaded); ``values(k, prompts, completions, columns)`` calls
+    function k; ``close()`` ends the worker (also at garbage collection)."""
+
+    def __init__(self, specs: list, timeout: float) -> None:
+        self.specs, self.timeout = [str(s) for s in specs], float(timeout)
+        self._buf = b""
+        self._proc = subprocess.Popen([sys.executable, _WORKER_PATH], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                      bufsize=0, close_fds=True, start_new_session=True)
+        reply = self._ask({"fns": self.specs}, STARTUP_TIMEOUT_S, "loading reward.fns " + ", ".join(self.specs))
+        if "error" in reply:
+            self.close()
+            raise RewardFnError(f"reward.fns: cannot load {', '.join(self.specs)}: {reply['error']}")
+
+    def values(self, k: int, prompts: list, completions: list, columns: dict) -> list:
+        """Function k on one batch: a list of floats and Nones, one per completion."""
+        spec = self.specs[k]
+        reply = self._ask({"fn": k, "prompts": prompts, "completions": completions, "columns": columns},
+                          self.timeout, f"reward function {spec}")
+        if "error" in reply:
+            raise RewardFnError(f"reward function {spec} raised {reply['error']}\n{reply.get('traceback', '')}")
+        return _checked(spec, reply.get("values"), len(completions))
+
+    def _ask(self, request: dict, timeout: float, what: str) -> dict:
+        if self._proc is None or self._proc.poll() is not None:
+            raise RewardFnError(f"{what}: the reward-function worker is not running")
+        try:
+            self._proc.stdin.write((json.dumps(request) + "\n").encode())
+            line, self._buf = read_line(self._proc.stdout.fileno(), self._buf, time.monotonic() + timeout,
+                                        "exited")
+        except (BrokenPipeError, EOFError):
+            code = self._proc.wait()
+            self.close()
+            raise RewardFnError(f"{what}: its worker process ended (exit code {code})") from None
+        if line is None:
+            self.close()
+            raise RewardFnError(f"{what} did not return within {timeout:g} s (reward.timeout); its worker was "
+                                f"stopped")
+        return json.loads(line)
+
+    def close(self) -> None:
+        proc, self._proc = self._proc, None
+        if proc is not None and proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        if proc is not None:
+            for stream in (proc.stdin, proc.stdout):
+                stream.close()
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:  # noqa: BLE001 - interpreter shutdown
+            pass
+
+
+def _checked(spec: str, values, n: int) -> list:
+    if not isinstance(values, list) or len(values) != n:
+        got = f"{len(values)} values" if isinstance(values, list) else repr(values)[:80]
+        raise RewardFnError(f"reward function {spec} must return a list of {n} values (a number or None per "
+                            f"completion), got {got}")
+    for i, v in enumerate(values):
+        if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v)):
+            raise RewardFnError(f"reward function {spec} returned {v!r} for completion {i}: each value must be a "
+                                f"finite number or None (abstain)")
+    return [None if v is None else float(v) for v in values]
