@@ -54,3 +54,24 @@ def test_the_custom_objective_example_runs(tmp_path):
     folder = tmp_path / "custom_objective_quick"
     assert (folder / "report" / "report.md").is_file()
     assert sorted(objbench.load_runs(folder).present_arms) == ["grpo", "grpo_gpg"]
+
+
+def test_the_custom_reward_example_runs(tmp_path):
+    """examples/custom_reward.py --quick: a format reward (examples/format_reward.py) beside a data-set task's
+    verifier on a model folder built in the example, through objbench.train."""
+    out = subprocess.run([sys.executable, str(ROOT / "examples" / "custom_reward.py"), "--quick", "--out",
+                          str(tmp_path)], capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr[-3000:]
+    rows = [line.split() for line in out.stdout.splitlines() if line.strip()[:1].isdigit()]
+    assert [r[0] for r in rows] == ["1", "2", "3"]
+    meta = json.loads((tmp_path / "runs" / "grpo_format" / "meta.json").read_text())
+    assert meta["model"]["folder"].endswith("toy-qwen2")
+
+
+def test_format_reward_scores_the_gsm8k_ending():
+    sys.path.insert(0, str(ROOT / "examples"))
+    try:
+        from format_reward import gsm8k_format
+    finally:
+        sys.path.remove(str(ROOT / "examples"))
+    assert gsm8k_format(["p"] * 4, ["3 + 4 = 7\n#### 7", "7", "", "#### 1,000"]) == [1.0, 0.0, None, 1.0]
