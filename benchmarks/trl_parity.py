@@ -107,8 +107,9 @@ def trl_reward(prompts, completions, completion_ids, a, b, **kwargs):
 
 
 def make_trl_trainer(model_dir: str, beta: float, steps: int, out_dir: str, bias_correction: bool = True,
-                     fastest: bool = True):
-    """TRL's GRPOTrainer on the workload; ``fastest`` turns off GRPOConfig's default activation checkpointing."""
+                     fastest: bool = True, scale_rewards: str = "group", trainer_cls=None, **trainer_kw):
+    """TRL's GRPOTrainer (or ``trainer_cls``, e.g. objbench.integrations.trl.ObjbenchGRPOTrainer, given
+    ``trainer_kw``) on the workload; ``fastest`` turns off GRPOConfig's default activation checkpointing."""
     from transformers import AutoModelForCausalLM
     from trl import GRPOConfig, GRPOTrainer
 
@@ -118,14 +119,15 @@ def make_trl_trainer(model_dir: str, beta: float, steps: int, out_dir: str, bias
         max_completion_length=W.MAX_NEW_TOKENS, temperature=1.0, top_p=1.0, top_k=0,
         learning_rate=1e-4, lr_scheduler_type="constant", warmup_steps=0, adam_beta1=0.9, adam_beta2=0.999,
         adam_epsilon=1e-8, weight_decay=0.0, max_grad_norm=1.0, optim="adamw_torch",
-        beta=beta, epsilon=0.2, loss_type="grpo", scale_rewards="group", num_iterations=1,
+        beta=beta, epsilon=0.2, loss_type="grpo", scale_rewards=scale_rewards, num_iterations=1,
         use_bias_correction_kl=bias_correction, mask_truncated_completions=False, shuffle_dataset=False,
         max_steps=steps, logging_steps=1, report_to="none", save_strategy="no", disable_tqdm=True,
         use_cpu=True, bf16=False, fp16=False, seed=0, dataloader_num_workers=0,
         **({"gradient_checkpointing": False} if fastest else {}))
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32, attn_implementation="sdpa")
-    return GRPOTrainer(model=model, reward_funcs=trl_reward, args=args, train_dataset=trl_dataset(steps),
-                       processing_class=W.build_tokenizer())
+    return (trainer_cls or GRPOTrainer)(model=model, reward_funcs=trl_reward, args=args,
+                                        train_dataset=trl_dataset(steps), processing_class=W.build_tokenizer(),
+                                        **trainer_kw)
 
 
 def run_trl(model_dir: str, beta: float, steps: int, fastest: bool = True) -> dict:

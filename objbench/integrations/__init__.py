@@ -1,0 +1,1 @@
+"""objbench's objectives inside other frameworks: ``objbench.integrations.trl`` (TRL's GRPOTrainer)."""
