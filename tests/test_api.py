@@ -75,3 +75,18 @@ def test_format_reward_scores_the_gsm8k_ending():
     finally:
         sys.path.remove(str(ROOT / "examples"))
     assert gsm8k_format(["p"] * 4, ["3 + 4 = 7\n#### 7", "7", "", "#### 1,000"]) == [1.0, 0.0, None, 1.0]
+
+
+def test_the_notebook_runs_top_to_bottom(tmp_path):
+    """examples/notebook.ipynb, executed as Jupyter would (every code cell in order, one namespace, from examples/)
+    without a kernel: its figure is saved and its paired comparison printed."""
+    nb = json.loads((ROOT / "examples" / "notebook.ipynb").read_text())
+    code = "\n\n".join("".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "code")
+    script = tmp_path / "notebook.py"
+    script.write_text(code + f"\nplt.savefig({str(tmp_path / 'curves.png')!r})\n")
+    env = dict(os.environ, MPLBACKEND="Agg")
+    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env, timeout=300,
+                         cwd=ROOT / "examples")
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "G8 - G2, final held-out pass@1:" in out.stdout and "(95% t, 10 seeds)" in out.stdout
+    assert (tmp_path / "curves.png").stat().st_size > 10_000
