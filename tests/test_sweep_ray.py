@@ -95,3 +95,30 @@ def test_ray_sweep_on_a_cluster_finishes_the_good_run_and_lists_the_failed_one(t
     assert not (cluster_home / ".cache" / "objbench").exists()
     meta = json.loads((sweep_dir / "good__s0" / "meta.json").read_text())
     assert meta["sweep"] == "f" and meta["arm"] == "good"
+
+
+def test_ray_tasks_load_the_spec_s_plugins_and_reward_functions(tmp_path, cluster):
+    """A spec's imports: reach the Ray tasks (the cluster has neither the driver's PYTHONPATH nor its working
+    directory): a plug-in surrogate arm trains, with a reward function from a file beside the spec."""
+    address, cluster_cwd, _ = cluster
+    driver = tmp_path / "driver"
+    (driver / "plug").mkdir(parents=True)
+    shutil.copy(REPO / "examples" / "gpg_plugin.py", driver / "plug" / "gpg.py")
+    (driver / "plug" / "rw.py").write_text("def brevity(prompts, completions, **columns):\n"
+                                           "    return [1.0 / (1 + len(c)) for c in completions]\n")
+    arms = {"grpo": {}, "gpg": {"objective.ratio.surrogate": "gpg", "objective.options.gpg.scale": 0.5,
+                                "reward.fns": [str(driver / "plug" / "rw.py") + ":brevity"]}}
+    (driver / "p.yaml").write_text(yaml.safe_dump(
+        {"name": "p", "seeds": [0], "imports": ["plug/gpg.py"], "set": {**TINY, "train.steps": 2}, "arms": arms},
+        sort_keys=False))
+    env = {**os.environ, "RAY_ADDRESS": address, "OBJBENCH_CACHE": str(tmp_path / "cache"),
+           "PYTHONPATH": str(REPO)}
+    cmd = [sys.executable, "-m", "objbench.experiments.cli", "sweep", "p.yaml", "--out", "out", "--executor", "ray"]
+    p = subprocess.run(cmd, cwd=driver, env=env, capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    sweep_dir = driver / "out" / "p"
+    meta = json.loads((sweep_dir / "gpg__s0" / "meta.json").read_text())
+    assert [r["spec"] for r in meta["plugins"] if r["kind"] == "file"] == ["plug/gpg.py"]
+    rows = [json.loads(line) for line in (sweep_dir / "gpg__s0" / "metrics.jsonl").read_text().splitlines()]
+    assert len(rows) == 2 and 0 < rows[0]["reward/brevity"] <= 1
+    assert (sweep_dir / "report" / "report.md").is_file() and not (cluster_cwd / "out").exists()
