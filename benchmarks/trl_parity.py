@@ -158,6 +158,25 @@ def run_trl(model_dir: str, beta: float, steps: int, fastest: bool = True) -> di
 # numerics: one identical batch through both losses
 
 
+def trl_step(tr):
+    """One TRL batch and TRL's loss and gradient on it: (model, inputs, batch, loss, {name: grad}). The policy is
+    first moved away from the reference (the saved weights), so that a KL term and its gradient are not zero."""
+    model = tr.model
+    model.train()
+    torch.manual_seed(0)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(0.02 * torch.randn_like(p))
+    inputs = [tr.train_dataset[i] for i in range(W.PROMPTS_PER_STEP) for _ in range(W.GROUP_SIZE)]
+    tr.current_gradient_accumulation_steps = 1
+    batch = tr._generate_and_score_completions(inputs)
+    model.zero_grad(set_to_none=True)
+    loss = tr.compute_loss(model, batch)
+    loss.backward()
+    return model, inputs, batch, loss, {n: p.grad.detach().clone() for n, p in model.named_parameters()
+                                        if p.grad is not None}
+
+
 def numerics(model_dir: str, beta: float, bias_correction: bool = True) -> dict:
     """Loss and gradient of TRL and objbench on one TRL-generated batch, same weights, same completions."""
     from objbench import algos
@@ -168,20 +187,7 @@ def numerics(model_dir: str, beta: float, bias_correction: bool = True) -> dict:
 
     with tempfile.TemporaryDirectory() as tmp:
         tr = make_trl_trainer(model_dir, beta, 1, tmp, bias_correction=bias_correction)
-    model = tr.model
-    model.train()
-    torch.manual_seed(0)
-    with torch.no_grad():  # move the policy away from the reference (TRL's copy and ours: the saved weights),
-        for p in model.parameters():  # so that the KL term and its gradient are not trivially zero
-            p.add_(0.02 * torch.randn_like(p))
-    ds = tr.train_dataset
-    inputs = [ds[i] for i in range(W.PROMPTS_PER_STEP) for _ in range(W.GROUP_SIZE)]
-    tr.current_gradient_accumulation_steps = 1
-    batch = tr._generate_and_score_completions(inputs)
-    model.zero_grad(set_to_none=True)
-    loss_trl = tr.compute_loss(model, batch)
-    loss_trl.backward()
-    g_trl = {n: p.grad.detach().clone() for n, p in model.named_parameters() if p.grad is not None}
+    model, inputs, batch, loss_trl, g_trl = trl_step(tr)
 
     est = "k3_ratio" if bias_correction else "k3"
     obj = load_config(None, objbench_overrides(beta, est)).objective

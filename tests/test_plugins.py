@@ -24,24 +24,8 @@ FAST = ["sft.steps=20", "sft.batch_size=16", "train.steps=3", "rollout.completio
 REGISTRIES = [algos.SURROGATES, algos.ADVANTAGE_ESTIMATORS, algos.AGGREGATION_MODES, algos.KL_ESTIMATORS,
               algos.RATIO_LEVELS, algos.SCHEDULE_KINDS, algos.GROUP_SIZE_RULES]
 
-GPG = '''
-"""A GPG-style surrogate: plain policy gradient -scale * A * logp (no ratio, no clip)."""
-from dataclasses import dataclass
-
-from objbench.algos import SURROGATES, Surrogate
-
-
-@dataclass(frozen=True)
-class GPGSettings:
-    scale: float = 1.0
-
-
-def gpg(*, ratio, logp, adv, mask, opts, settings):
-    return -settings.scale * adv * logp, {}
-
-
-SURROGATES.register("gpg", Surrogate(gpg, reads=(), levels=("token",), settings=GPGSettings))
-'''
+ROOT = Path(__file__).resolve().parent.parent
+GPG = (ROOT / "examples" / "gpg_plugin.py").read_text()  # registers the surrogate "gpg" with a setting "scale"
 
 
 @pytest.fixture(autouse=True)
@@ -231,12 +215,31 @@ def test_a_spec_with_a_missing_import_names_the_spec_and_file(tmp_path):
         load_sweep(spec, out_dir=str(tmp_path / "out"))
 
 
-def test_resuming_with_a_changed_plugin_warns_and_keeps_the_old_record(tmp_path):
+def test_resuming_with_a_changed_plugin_warns_and_keeps_the_old_record(tmp_path, capsys):
+    from objbench.experiments.train import train
+
     plug = _plugin(tmp_path, GPG)
     (p,) = plugins.load_plugins([str(plug)])
     assert plugins.resume_warning([p.record()]) is None
-    old = dict(p.record(), sha256="0" * 64)
-    assert "another version" in plugins.resume_warning([old])
+    cfg = load_config(None, [*FAST, f"out_dir={tmp_path / 'runs'}", "name=r", "train.checkpoint_every=1",
+                             "objective.ratio.surrogate=gpg"])
+
+    def stop(step):
+        if step == 1:
+            raise KeyboardInterrupt  # as Ctrl-C would, after step 1's checkpoint
+
+    with pytest.raises(KeyboardInterrupt):
+        train(cfg, progress=False, after_step=stop)
+    plug.write_text(plug.read_text() + "\n# edited after the run started\n")
+    del algos.SURROGATES._items["gpg"]  # a new process loads the new version
+    del plugins._LOADED[str(plug.resolve())]
+    plugins.load_plugins([str(plug)])
+    run = train(cfg, progress=False)
+    assert "in another version" in capsys.readouterr().err
+    meta = json.loads((run / "meta.json").read_text())
+    now = [r for r in meta["plugins"] if r["kind"] == "file"][0]["sha256"]
+    before = [r for r in meta["plugins_before_resume"] if r["kind"] == "file"][0]["sha256"]
+    assert meta["resumed_from_step"] == 1 and before == p.sha256 != now and (run / "done").exists()
 
 
 def test_an_installed_package_entry_point_is_loaded_by_every_command(tmp_path):

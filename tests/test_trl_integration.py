@@ -35,7 +35,7 @@ def _both(warm_dir: str, objective) -> dict:
     import torch
 
     from benchmarks import workload as W
-    from benchmarks.trl_parity import make_trl_trainer
+    from benchmarks.trl_parity import make_trl_trainer, trl_step
     from objbench import algos
     from objbench.integrations.trl import ObjbenchGRPOTrainer, resolve_objective
     from objbench.rollout.scoring import score
@@ -45,19 +45,7 @@ def _both(warm_dir: str, objective) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         tr = make_trl_trainer(warm_dir, beta, 1, tmp, bias_correction=False, scale_rewards=obj.adv.scale,
                               trainer_cls=ObjbenchGRPOTrainer, objective=obj)
-    model = tr.model
-    model.train()
-    torch.manual_seed(0)
-    with torch.no_grad():  # away from the reference, so that the KL term has a gradient
-        for p in model.parameters():
-            p.add_(0.02 * torch.randn_like(p))
-    inputs = [tr.train_dataset[i] for i in range(W.PROMPTS_PER_STEP) for _ in range(W.GROUP_SIZE)]
-    tr.current_gradient_accumulation_steps = 1
-    batch = tr._generate_and_score_completions(inputs)
-    model.zero_grad(set_to_none=True)
-    loss_trl = tr.compute_loss(model, batch)
-    loss_trl.backward()
-    g_trl = {n: p.grad.detach().clone() for n, p in model.named_parameters() if p.grad is not None}
+    model, _, batch, loss_trl, g_trl = trl_step(tr)
     model.zero_grad(set_to_none=True)
     c_mask = batch["completion_mask"].bool()
     sc = score(model, batch["prompt_ids"], batch["prompt_mask"].bool(), batch["completion_ids"], c_mask)
