@@ -20,11 +20,14 @@ plug-ins are not part of a run's identity (its config): resuming a run whose plu
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib
 import importlib.metadata
 import importlib.util
+import signal
 import sys
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Optional
@@ -77,15 +80,44 @@ def _is_file_spec(spec: str) -> bool:
     return spec.endswith(".py") or "/" in spec or "\\" in spec
 
 
+IMPORT_TIMEOUT_S = 120.0  # a plug-in whose import takes longer (a hang, a download) stops the command
+
+
+class _ImportTimeout(Exception):
+    pass
+
+
+@contextlib.contextmanager
+def _time_limit(seconds: float):
+    """Raise _ImportTimeout in the block after ``seconds`` (SIGALRM; only in the main thread, elsewhere no limit)."""
+    if threading.current_thread() is not threading.main_thread() or not hasattr(signal, "setitimer"):
+        yield
+        return
+
+    def expire(signum, frame):
+        raise _ImportTimeout()
+
+    old = signal.signal(signal.SIGALRM, expire)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)
+
+
 def _exec_plugin(label: str, run) -> None:
     """Run ``run()`` (an import) with every registration tagged as ``label``; any exception becomes PluginError."""
     from objbench.algos.registry import registering_as
 
     try:
-        with registering_as(label):
+        with registering_as(label), _time_limit(IMPORT_TIMEOUT_S):
             run()
     except PluginError:
         raise
+    except _ImportTimeout:
+        raise PluginError(f"plug-in {label}: its import did not finish within {IMPORT_TIMEOUT_S:g} s "
+                          f"(experiments.plugins.IMPORT_TIMEOUT_S)") from None
     except BaseException as e:  # noqa: BLE001 - SystemExit or KeyboardInterrupt in a plug-in's import too
         if isinstance(e, KeyboardInterrupt):
             raise

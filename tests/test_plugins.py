@@ -108,13 +108,15 @@ BROKEN = {
     "syntax": ("def f(:\n", "SyntaxError"),
     "raises": ("raise RuntimeError('no GPU here')\n", "RuntimeError: no GPU here"),
     "exits": ("import sys\nsys.exit(3)\n", "SystemExit: 3"),
+    "hangs": ("import time\ntime.sleep(60)\n", "did not finish within 1 s"),
     "duplicate": ("from objbench.algos import SURROGATES, Surrogate\n"
                   "SURROGATES.register('ppo_clip', Surrogate(None, (), ('token',)))\n", "already registered"),
 }
 
 
 @pytest.mark.parametrize("case", sorted(BROKEN))
-def test_a_broken_plugin_stops_the_command_before_any_run_folder(tmp_path, capsys, case):
+def test_a_broken_plugin_stops_the_command_before_any_run_folder(tmp_path, capsys, monkeypatch, case):
+    monkeypatch.setattr(plugins, "IMPORT_TIMEOUT_S", 1.0)
     body, says = BROKEN[case]
     plug = tmp_path / "bad.py" if body is None else _plugin(tmp_path, body, "bad.py")
     out = tmp_path / "runs"
