@@ -90,6 +90,17 @@ def test_a_plugin_surrogate_with_its_own_setting_trains_from_the_command_line(tm
     assert algos.SURROGATES.origin("gpg") == str(plug) and algos.SURROGATES.origin("ppo_clip") is None
 
 
+def test_one_plugin_file_brings_a_surrogate_and_a_reward_function(tmp_path):
+    plug = _plugin(tmp_path, GPG + "\n\ndef brevity(prompts, completions, **columns):\n"
+                                   "    return [1.0 / (1 + len(c)) for c in completions]\n")
+    out = tmp_path / "runs"
+    assert main(["train", "--quiet", "--import", str(plug), *FAST, f"out_dir={out}", "name=b",
+                 "objective.ratio.surrogate=gpg", f"reward.fns=[{plug}:brevity]", "reward.weights=[0.5]"]) == 0
+    rows = [json.loads(line) for line in (out / "b" / "metrics.jsonl").read_text().splitlines()]
+    assert len(rows) == 3 and all(0 < r["reward/brevity"] <= 1 for r in rows)
+    assert rows[0]["reward/mean"] == pytest.approx(rows[0]["reward/task"] + 0.5 * rows[0]["reward/brevity"])
+
+
 def test_settings_are_validated_like_built_in_fields(tmp_path):
     plugins.load_plugins([str(_plugin(tmp_path, GPG))])
     base = [*FAST, f"out_dir={tmp_path}", "objective.ratio.surrogate=gpg"]
