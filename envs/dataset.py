@@ -237,10 +237,11 @@ class DatasetTask(Task):
         if not isinstance(config, DatasetConfig):
             raise ValueError(f"the dataset task needs a DatasetConfig (path is required), got {config!r}")
         self.config = cfg = config
-        rows, label = _read_rows(cfg, cfg.path, cfg.split)
+        rows, label, table = _read_rows(cfg, cfg.path, cfg.split)
+        self._tables = {"train": table, "eval": table}  # the raw rows, for reward functions (reward_columns)
         rows, self.n_duplicates = _dedupe(rows, label)
         if cfg.eval_path is not None:
-            eval_rows, eval_label = _read_rows(cfg, cfg.eval_path, cfg.eval_split)
+            eval_rows, eval_label, self._tables["eval"] = _read_rows(cfg, cfg.eval_path, cfg.eval_split)
             eval_rows, n_eval_dup = _dedupe(eval_rows, eval_label)
             self.n_duplicates += n_eval_dup
             if cfg.eval_size > 0:
@@ -322,6 +323,12 @@ class DatasetTask(Task):
                                         ensure_ascii=False, default=str).encode() + b"\n")
             self._fingerprint = h.hexdigest()[:16]
         return self._fingerprint
+
+    def reward_columns(self, problems: list) -> dict:
+        """Every column of the data set's rows behind ``problems``, as given in the file (one list per column):
+        the ``columns`` reward functions receive (envs/reward_fns.py)."""
+        rows = [self._tables[dict(p.meta)["split"]][dict(p.meta)["row"]] for p in problems]
+        return {name: [r.get(name) for r in rows] for name in dict.fromkeys(k for r in rows for k in r)}
 
     # ----------------------------------------------------------------------------------------------- problems
 
@@ -594,8 +601,8 @@ def _short(value: object) -> str:
     return text if len(text) <= 80 else text[:77] + "..."
 
 
-def _read_rows(cfg: DatasetConfig, path: str, split: str) -> tuple[list[_Row], str]:
-    """Load one file and validate every row; (rows, label)."""
+def _read_rows(cfg: DatasetConfig, path: str, split: str) -> tuple[list[_Row], str, object]:
+    """Load one file and validate every row; (rows, label, the loaded ``datasets.Dataset``)."""
     ds, label = _load(path, split, cfg.subset)
     n = len(ds)
     answers = _column(ds, cfg.answer_column, label, "answer_column")
@@ -664,7 +671,7 @@ def _read_rows(cfg: DatasetConfig, path: str, split: str) -> tuple[list[_Row], s
             meta.append(("extra_info", json.dumps(extras[i], sort_keys=True, default=str)))
         difficulty = _difficulty(levels[i], label, i, difficulty_column) if levels is not None else 0
         rows.append(_Row(i, prompt, chat, answer, solution, difficulty, style, tuple(meta)))
-    return rows, label
+    return rows, label, ds
 
 
 def _columns_style(cfg: DatasetConfig, answers: list, label: str) -> str:

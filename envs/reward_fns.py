@@ -2,8 +2,9 @@
 signature ``fn(prompts, completions, **columns) -> list[float | None]``.
 
 - ``prompts``: the problems' prompt texts; ``completions``: the responses as text (the assistant's text for chat
-  tasks); ``columns``: ``answer`` and ``difficulty`` for every task, plus the problem's extras (a data set row's
-  other columns, a reasoning-gym entry's metadata keys) -- one list per name, aligned with the samples.
+  tasks); ``columns``: for a data-set task every column of its rows as in the file (TRL's convention), for every
+  task ``answer`` (the parsed ground truth, unless the data set has an ``answer`` column of its own) and
+  ``difficulty``, and the problem's extras -- one list per name, aligned with the samples.
 - A value per sample: a number, or None when the function abstains for that sample.
 - A sample's reward is ``task_weight * verifier + sum_k weights[k] * fn_k`` over the terms that did not abstain;
   the verifier alone decides ``correct`` (accuracy, pass@k, dynamic sampling, lengths of right and wrong answers).
@@ -57,13 +58,15 @@ def fn_names(specs: list) -> list:
     return out
 
 
-def columns_of(problems: list) -> dict:
-    """``answer``, ``difficulty`` and every extra of the problems (``Problem.meta``) as aligned lists."""
-    cols: dict = {"answer": [p.answer for p in problems], "difficulty": [p.difficulty for p in problems]}
-    keys = [k for p in problems for k, _ in p.meta]
-    for key in dict.fromkeys(keys):
-        if key not in cols:
-            cols[key] = [dict(p.meta).get(key) for p in problems]
+def columns_of(problems: list, task=None) -> dict:
+    """The ``columns`` of a batch, as aligned lists: the task's own (``task.reward_columns(problems)``: a data set's
+    columns as in its file), then ``answer`` (the parsed ground truth) and ``difficulty`` and every extra of the
+    problems (``Problem.meta``) under the names the task did not use."""
+    cols: dict = dict(task.reward_columns(problems)) if hasattr(task, "reward_columns") else {}
+    for name, values in (("answer", [p.answer for p in problems]), ("difficulty", [p.difficulty for p in problems])):
+        cols.setdefault(name, values)
+    for key in dict.fromkeys(k for p in problems for k, _ in p.meta):
+        cols.setdefault(key, [dict(p.meta).get(key) for p in problems])
     return cols
 
 
@@ -95,7 +98,7 @@ class RewardFunctions:
         if self._proc is None or self._proc.poll() is not None:
             raise RewardFnError(f"{what}: the reward-function worker is not running")
         try:
-            self._proc.stdin.write((json.dumps(request) + "\n").encode())
+            self._proc.stdin.write((json.dumps(request, default=str) + "\n").encode())
             line, self._buf = read_line(self._proc.stdout.fileno(), self._buf, time.monotonic() + timeout,
                                         "exited")
         except (BrokenPipeError, EOFError):

@@ -47,7 +47,7 @@ class RewardTerms:
         total = [self.s.cfg.reward.task_weight * r for r in task]
         self.values["task"] += task
         if self.names:
-            prompts, columns = [p.prompt for p in b.problems], columns_of(b.problems)
+            prompts, columns = [p.prompt for p in b.problems], columns_of(b.problems, self.s.task)
             for k, name in enumerate(self.names):
                 vals = self.s.reward_fns.values(k, prompts, list(b.texts), columns)
                 total = [t if v is None else t + self.weights[k] * v for t, v in zip(total, vals)]

@@ -130,3 +130,22 @@ def test_a_function_that_raises_mid_run_fails_the_run_with_its_name(tmp_path, ca
     err = capsys.readouterr().err.strip().splitlines()
     assert err[-1] == f"objbench: reward function {fns_file}:raises raised ValueError: no reward today"
     assert not (out / "r" / "done").exists()
+
+
+def test_a_data_set_task_gives_its_own_columns_as_in_the_file(tmp_path):
+    """TRL's convention: a reward function sees the data set's columns (here GSM8K's question, answer with its
+    '####' solution, level); objbench's parsed ground truth and level fill only names the file does not use."""
+    from objbench.envs.dataset import DatasetConfig, DatasetTask, write_synthetic_gsm8k
+
+    path = tmp_path / "g.jsonl"
+    write_synthetic_gsm8k(str(path), 40, seed=0, difficulty=True)
+    lines = [json.loads(line) for line in path.read_text().splitlines()]
+    task = DatasetTask(DatasetConfig(path=str(path), format="gsm8k", eval_size=8))
+    probs = task.prompts(0, 0, 5) + task.eval_set()[:2]
+    cols = columns_of(probs, task)
+    by_question = {row["question"]: row for row in lines}
+    for k, p in enumerate(probs):
+        row = by_question[cols["question"][k]]
+        assert cols["answer"][k] == row["answer"] and "####" in cols["answer"][k]  # the file's, not the parsed "7"
+        assert cols["level"][k] == row["level"] == cols["difficulty"][k] == p.difficulty
+        assert cols["split"][k] == ("train" if k < 5 else "eval")
