@@ -32,5 +32,7 @@ train_all() {  # TREE OUT
 (train_all "$old" "$out/old") > "$out.old.log" 2>&1 &
 (train_all "$new" "$out/new") > "$out.new.log" 2>&1 &
 wait
-diff -r "$out/old/cfg" "$out/new/cfg" | grep -v '^[<>] out_dir' | grep '^[<>]' && echo "resolved configs differ" || true
+# (diff exits 1 when the files differ: under pipefail that would hide the message)
+{ diff -r "$out/old/cfg" "$out/new/cfg" || true; } | grep -v '^[<>] out_dir' | grep '^[<>]' \
+  && echo "resolved configs differ (settings added later show as '>' lines)" || true
 python3 "$here/compare_runs.py" "$out/old" "$out/new"
