@@ -124,7 +124,7 @@ def _check_surrogate(name: str, settings) -> List[str]:
         if not _close(loss_mat.detach()[:3][part["mask"]], part_mat.detach()[part["mask"]]):
             fails.append(f"{where}: a response's per-token loss changes with the other responses in the batch (a "
                          f"batch-wide normaliser?); the aggregation mode (loss.agg) alone normalises")
-        g_lp, g_mat, _ = _surrogate_loss_mat(member, level, _batch(PAD, garbage=True), settings)
+        _, g_mat, _ = _surrogate_loss_mat(member, level, _batch(PAD, garbage=True), settings)
         for agg in AGGREGATION_MODES.names():
             loss = aggregate(loss_mat, b["mask"], agg, max_len=T)
             if not torch.isfinite(loss):
