@@ -2,7 +2,7 @@
 check FILE``): a member that breaks the contract of its registry (``algos.registry``) is refused with the reason,
 before any compute.
 
-``check_member(family, name, settings=None)`` returns a list of failures (empty = conforms); ``FAMILIES`` lists the
+``check_member(family, name, options=None)`` returns a list of failures (empty = conforms); ``FAMILIES`` lists the
 families it knows. Every check runs on a small fixed float64 batch (seeded; rows of lengths 5, 3, 1, 4, 0 and 2 in
 T = 5 columns, so there is a fully masked row) and asks three things:
 
@@ -37,9 +37,10 @@ from objbench.algos.registry import (
     RATIO_LEVELS,
     SCHEDULE_KINDS,
     SURROGATES,
+    settings_kwargs,
 )
 
-__all__ = ["FAMILIES", "check_member", "describe_failures"]
+__all__ = ["FAMILIES", "check_member"]
 
 LENGTHS = (5, 3, 1, 4, 0, 2)
 T = 5
@@ -85,14 +86,7 @@ def _finite_grad(out: torch.Tensor, x: torch.Tensor, mask: torch.Tensor, what: s
     return fails
 
 
-def _settings_kw(member, settings) -> dict:
-    cls = getattr(member, "settings", None)
-    if cls is None:
-        return {}
-    return {"settings": settings if settings is not None else cls()}
-
-
-def _surrogate_loss_mat(member, level: str, b: dict, settings) -> tuple:
+def _surrogate_loss_mat(member, level: str, b: dict, settings_kw: dict) -> tuple:
     from objbench.algos.surrogates import OPTION_DEFAULTS
 
     lp = b["logp"].masked_fill(~b["mask"], 0.0).requires_grad_(True)
@@ -100,16 +94,16 @@ def _surrogate_loss_mat(member, level: str, b: dict, settings) -> tuple:
     r = torch.exp(RATIO_LEVELS.get(level).log_ratio(lp, old, b["mask"]))
     adv = b["adv"].masked_fill(~b["mask"], 0.0)
     loss_mat, events = member.loss(ratio=r, logp=lp, adv=adv, mask=b["mask"],
-                                   opts={k: OPTION_DEFAULTS[k] for k in member.reads}, **_settings_kw(member, settings))
+                                   opts={k: OPTION_DEFAULTS[k] for k in member.reads}, **settings_kw)
     return lp, loss_mat, events
 
 
-def _check_surrogate(name: str, settings) -> List[str]:
+def _check_surrogate(name: str, settings_kw: dict) -> List[str]:
     member = SURROGATES.get(name)
     fails: List[str] = []
     for level in member.levels:
         b = _batch()
-        lp, loss_mat, events = _surrogate_loss_mat(member, level, b, settings)
+        lp, loss_mat, events = _surrogate_loss_mat(member, level, b, settings_kw)
         where = f"ratio level {level!r}"
         if not isinstance(loss_mat, torch.Tensor) or loss_mat.shape != b["mask"].shape:
             return [f"{where}: loss must be a (B, T) per-token tensor, got "
@@ -120,11 +114,11 @@ def _check_surrogate(name: str, settings) -> List[str]:
             fails.append(f"{where}: events {bad_events} must be (B, T) bool tensors")
         fails += _row_local(lp, loss_mat, b["mask"], where)
         part = {k: v[:3] for k, v in b.items()}  # the first three responses alone
-        _, part_mat, _ = _surrogate_loss_mat(member, level, part, settings)
+        _, part_mat, _ = _surrogate_loss_mat(member, level, part, settings_kw)
         if not _close(loss_mat.detach()[:3][part["mask"]], part_mat.detach()[part["mask"]]):
             fails.append(f"{where}: a response's per-token loss changes with the other responses in the batch (a "
                          f"batch-wide normaliser?); the aggregation mode (loss.agg) alone normalises")
-        _, g_mat, _ = _surrogate_loss_mat(member, level, _batch(PAD, garbage=True), settings)
+        _, g_mat, _ = _surrogate_loss_mat(member, level, _batch(PAD, garbage=True), settings_kw)
         for agg in AGGREGATION_MODES.names():
             loss = aggregate(loss_mat, b["mask"], agg, max_len=T)
             if not torch.isfinite(loss):
@@ -155,7 +149,7 @@ def _row_local(lp: torch.Tensor, loss_mat: torch.Tensor, mask: torch.Tensor, whe
     return []
 
 
-def _check_aggregation(name: str, settings) -> List[str]:
+def _check_aggregation(name: str, settings_kw: dict) -> List[str]:
     fn = AGGREGATION_MODES.get(name)
     b = _batch()
     x = b["adv"].clone().requires_grad_(True)
@@ -180,7 +174,7 @@ def _check_aggregation(name: str, settings) -> List[str]:
     return fails
 
 
-def _check_kl(name: str, settings) -> List[str]:
+def _check_kl(name: str, settings_kw: dict) -> List[str]:
     fn = KL_ESTIMATORS.get(name)
     b = _batch()
     lp = b["logp"].clone().requires_grad_(True)
@@ -201,7 +195,7 @@ def _check_kl(name: str, settings) -> List[str]:
     return fails
 
 
-def _check_ratio_level(name: str, settings) -> List[str]:
+def _check_ratio_level(name: str, settings_kw: dict) -> List[str]:
     level = RATIO_LEVELS.get(name)
     b = _batch()
     lp = b["logp"].masked_fill(~b["mask"], 0.0).requires_grad_(True)
@@ -223,7 +217,7 @@ def _check_ratio_level(name: str, settings) -> List[str]:
     return fails
 
 
-def _check_advantages(name: str, settings) -> List[str]:
+def _check_advantages(name: str, settings_kw: dict) -> List[str]:
     est = ADVANTAGE_ESTIMATORS.get(name)
     G = max(2, est.min_group_size)
     B = len(LENGTHS) - len(LENGTHS) % G or G
@@ -236,7 +230,7 @@ def _check_advantages(name: str, settings) -> List[str]:
         values = b["ref"][:B].masked_fill(~m, GARBAGE) if garbage else b["ref"][:B].masked_fill(~m, 0.0)
         adv, _ = est.compute(seq_rewards=b["rewards"][:B], token_rewards=tok, mask=m,
                              values=values if est.needs_values else None, group_size=G, cfg=_adv_cfg(),
-                             **_settings_kw(est, settings))
+                             **settings_kw)
         if not isinstance(adv, torch.Tensor) or adv.shape != m.shape:
             return [f"advantages must be a (B, T) tensor, got {getattr(adv, 'shape', type(adv).__name__)}"]
         if not torch.isfinite(adv[m]).all() or (adv[~m] != 0).any():
@@ -248,7 +242,7 @@ def _check_advantages(name: str, settings) -> List[str]:
         b = _batch()
         adv, _ = est.compute(seq_rewards=torch.ones(B, dtype=torch.float64), token_rewards=None, mask=b["mask"][:B],
                              values=b["ref"][:B] if est.needs_values else None, group_size=G, cfg=_adv_cfg(),
-                             **_settings_kw(est, settings))
+                             **settings_kw)
         if (adv != 0).any():
             fails.append("declares all_equal_zero but a group of equal rewards gets non-zero advantages")
     return fails
@@ -260,19 +254,19 @@ def _adv_cfg():
     return AdvantageConfig()
 
 
-def _check_group_rule(name: str, settings) -> List[str]:
+def _check_group_rule(name: str, settings_kw: dict) -> List[str]:
     from objbench.algos.config import GroupConfig, ObjectiveConfig
 
     rule = GROUP_SIZE_RULES.get(name)
     kw = {"thresholds": [1.5], "sizes": [2, 4]} if "sizes" in rule.reads else {}
     cfg = ObjectiveConfig(groups=GroupConfig(rule=name, **kw))
-    got = rule.wanted(difficulties=[1, 2, 3], pass_rates={1: 0.9, 2: 0.5}, cfg=cfg, **_settings_kw(rule, settings))
+    got = rule.wanted(difficulties=[1, 2, 3], pass_rates={1: 0.9, 2: 0.5}, cfg=cfg, **settings_kw)
     if not isinstance(got, list) or len(got) != 3 or not all(isinstance(x, int) and x >= 1 for x in got):
         return [f"wanted must return one int >= 1 per prompt (3 prompts), got {got!r}"]
     return []
 
 
-def _check_schedule_kind(name: str, settings) -> List[str]:
+def _check_schedule_kind(name: str, settings_kw: dict) -> List[str]:
     from objbench.algos.schedules import Schedule
 
     kind = SCHEDULE_KINDS.get(name)
@@ -306,19 +300,16 @@ def _settings_defaults(member) -> List[str]:
     return [f"settings {cls.__name__} must give every setting a default; missing: {missing}"] if missing else []
 
 
-def check_member(family: str, name: str, settings: Optional[object] = None) -> List[str]:
+def check_member(family: str, name: str, options: Optional[dict] = None) -> List[str]:
     """The ways member ``name`` of ``family`` (a ``FAMILIES`` key) breaks its registry's contract; [] = conforms.
-    ``settings``: the member's settings instance to check with (default: its settings dataclass's defaults)."""
+    ``options``: ``ObjectiveConfig.options``, where a member with settings finds its values (default: none, so the
+    settings dataclass's defaults)."""
     registry, check = FAMILIES[family]
-    fails = _settings_defaults(registry.get(name))
+    member = registry.get(name)
+    fails = _settings_defaults(member)
     if fails:
         return fails
     try:
-        return check(name, settings)
+        return check(name, settings_kwargs(member, name, options or {}))
     except Exception as e:  # noqa: BLE001 - a plug-in may raise anything; that is a failure to report
         return [f"raised {type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}".rstrip(": ")]
-
-
-def describe_failures(family: str, name: str, fails: List[str]) -> str:
-    return f"{family} {name!r} fails the conformance check: " + "; ".join(fails)
-

@@ -42,7 +42,7 @@ import torch
 
 from objbench.algos._checks import any_valid, as_mask, check_float, complement, row_counts, valid_count
 from objbench.algos.aggregate import aggregate, aggregate_many
-from objbench.algos.registry import AGGREGATION_MODES, RATIO_LEVELS, SURROGATES
+from objbench.algos.registry import AGGREGATION_MODES, RATIO_LEVELS, SURROGATES, settings_kwargs
 from objbench.algos.surrogates import OPTION_DEFAULTS
 
 __all__ = [
@@ -157,8 +157,9 @@ def policy_loss(
     options = dict(eps_low=eps_low, eps_high=eps_high, dual_clip=dual_clip, eps_low_is=eps_low_is,
                    eps_high_is=eps_high_is, tau_pos=tau_pos, tau_neg=tau_neg)
     sur = _check_args(logp, old_logp, advantages, mask, ratio, surrogate, agg, options)
+    # a plug-in surrogate's own settings take their defaults here (compute_loss passes ObjectiveConfig.options)
     return _masked_policy_loss(*_masked_log_probs(logp, old_logp, mask), advantages, mask, ratio, sur, options, agg,
-                               max_len)
+                               max_len, settings_kwargs(sur, surrogate, {}))
 
 
 def _masked_log_probs(logp, old_logp, mask):
@@ -218,7 +219,7 @@ def _check_choices(ratio, surrogate, agg, options):
     return sur
 
 
-def _masked_policy_loss(lp, old, advantages, mask, ratio, sur, options, agg, max_len, settings_kw=None):
+def _masked_policy_loss(lp, old, advantages, mask, ratio, sur, options, agg, max_len, settings_kw):
     """policy_loss after its checks, from log-probs already 0 under ~mask (``lp`` with grad, ``old`` detached);
     compute_loss calls it with the masked log-probs it shares with the KL term."""
     inv = complement(mask)
@@ -231,8 +232,6 @@ def _masked_policy_loss(lp, old, advantages, mask, ratio, sur, options, agg, max
     log_r = level.log_ratio(lp, old, mask)  # (B, T)
     r = torch.exp(log_r)
 
-    if settings_kw is None:  # policy_loss called directly: a plug-in surrogate's settings take their defaults
-        settings_kw = {} if getattr(sur, "settings", None) is None else {"settings": sur.settings()}
     loss_mat, events = sur.loss(ratio=r, logp=lp, adv=adv, mask=mask, opts={k: options[k] for k in sur.reads},
                                 **settings_kw)
     loss = aggregate(loss_mat, mask, agg, max_len)

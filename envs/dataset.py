@@ -327,7 +327,8 @@ class DatasetTask(Task):
     def reward_columns(self, problems: list) -> dict:
         """Every column of the data set's rows behind ``problems``, as given in the file (one list per column):
         the ``columns`` reward functions receive (envs/reward_fns.py)."""
-        rows = [self._tables[dict(p.meta)["split"]][dict(p.meta)["row"]] for p in problems]
+        where = [dict(p.meta) for p in problems]
+        rows = [self._tables[m["split"]][m["row"]] for m in where]
         return {name: [r.get(name) for r in rows] for name in dict.fromkeys(k for r in rows for k in r)}
 
     # ----------------------------------------------------------------------------------------------- problems

@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Iterable, Optional
 
 from objbench.experiments.errors import ConfigError
+from objbench.experiments.workers import one_line
 
 __all__ = ["ENTRY_POINT_GROUP", "Plugin", "PluginError", "load_plugins", "ensure_loaded", "loaded", "records",
            "resume_warning"]
@@ -64,12 +65,7 @@ class Plugin:
 
 
 _LOADED: dict = {}  # key (absolute path, module name or entry point) -> Plugin
-_ENTRY_POINTS_DONE: list = []
-
-
-def _one_line(e: BaseException) -> str:
-    lines = [ln.strip() for ln in str(e).strip().splitlines() if ln.strip()]
-    return f"{type(e).__name__}: {lines[0]}" if lines else type(e).__name__
+_ENTRY_POINTS_LOADED = [False]  # set once this process has loaded the installed entry points
 
 
 def _sha256(text: bytes) -> str:
@@ -121,7 +117,7 @@ def _exec_plugin(label: str, run) -> None:
     except BaseException as e:  # noqa: BLE001 - SystemExit or KeyboardInterrupt in a plug-in's import too
         if isinstance(e, KeyboardInterrupt):
             raise
-        raise PluginError(f"plug-in {label}: {_one_line(e)}") from e
+        raise PluginError(f"plug-in {label}: {one_line(e)}") from e
 
 
 def _load_file(spec: str, base_dir: Optional[Path], source: Optional[str] = None,
@@ -174,20 +170,15 @@ def _module_plugin(spec: str, kind: str, module_name: str) -> Plugin:
     return Plugin(spec, kind, file, digest)
 
 
-def _load_entry_points() -> list:
+def _load_entry_points() -> None:
     """Every installed package's ``objbench.plugins`` entry point, once per process."""
-    if _ENTRY_POINTS_DONE:
-        return list(_ENTRY_POINTS_DONE[0])
-    out = []
+    if _ENTRY_POINTS_LOADED[0]:
+        return
     for ep in sorted(importlib.metadata.entry_points(group=ENTRY_POINT_GROUP), key=lambda e: e.name):
         label = f"{ep.name} = {ep.value}"
         _exec_plugin(f"entry point {label}", ep.load)
-        module_name = ep.value.split(":")[0].strip()
-        plugin = _module_plugin(label, "entry point", module_name)
-        _LOADED[f"entry point {label}"] = plugin
-        out.append(plugin)
-    _ENTRY_POINTS_DONE.append(out)
-    return out
+        _LOADED[f"entry point {label}"] = _module_plugin(label, "entry point", ep.value.split(":")[0].strip())
+    _ENTRY_POINTS_LOADED[0] = True
 
 
 def load_plugins(specs: Iterable[str] = (), base_dir: Optional[Path] = None) -> list:
@@ -236,14 +227,15 @@ def resume_warning(old_records: Optional[list]) -> Optional[str]:
     if not changed:
         return None
     return (f"this run started with plug-in(s) {', '.join(map(str, changed))} in another version (or without them "
-            f"loaded now); the resumed steps run the code loaded now (meta.json keeps the old record as plugins_before_resume)")
+            f"loaded now); the resumed steps run the code loaded now (meta.json keeps the old record as "
+            f"plugins_before_resume)")
 
 
 # the slots of an ObjectiveConfig whose member a plug-in may provide: (family, dotted field)
 _SLOTS = (("surrogate", "ratio.surrogate"), ("ratio level", "ratio.level"), ("aggregation mode", "loss.agg"),
           ("kl estimator", "kl.estimator"), ("advantage estimator", "adv.estimator"),
           ("group-size rule", "groups.rule"))
-_CHECKED: dict = {}  # (family, name, settings repr) -> failures
+_CHECKED: dict = {}  # (family, name, repr of its options) -> failures
 
 
 def _chosen(objective) -> list:
@@ -263,19 +255,15 @@ def _chosen(objective) -> list:
 def check_chosen_members(objective) -> None:
     """Run the conformance check (``algos.conformance``) on every plug-in member ``objective`` (an ObjectiveConfig)
     chooses, once per member and settings per process; PluginError naming the member, its plug-in and the reasons."""
-    from objbench.algos.config import member_settings
     from objbench.algos.conformance import FAMILIES, check_member
 
     for family, path, name in _chosen(objective):
-        registry = FAMILIES[family][0]
-        origin = registry.origin(name)
+        origin = FAMILIES[family][0].origin(name)
         if origin is None:
             continue
-        settings = member_settings(objective, name) if family in ("surrogate", "advantage estimator",
-                                                                   "group-size rule") else None
-        key = (family, name, repr(settings))
+        key = (family, name, repr(objective.options.get(name)))
         if key not in _CHECKED:
-            _CHECKED[key] = check_member(family, name, settings)
+            _CHECKED[key] = check_member(family, name, objective.options)
         if _CHECKED[key]:
             raise PluginError(f"objective.{path}={name!r} (plug-in {origin}) fails the conformance check: "
                               + "; ".join(_CHECKED[key]))

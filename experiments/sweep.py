@@ -39,7 +39,7 @@ from __future__ import annotations
 import json
 import os
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
@@ -72,7 +72,7 @@ class Sweep:
     out_dir: Path
     """absolute folder that holds the sweep folder"""
     runs: list[RunSpec]
-    plugins: list = field(default_factory=list)
+    plugins: tuple = ()
     """the plug-ins (experiments.plugins.Plugin) of the spec's imports and --import: every worker loads them"""
 
     @property
@@ -118,7 +118,7 @@ def load_sweep(path: str | Path, out_dir: str | None = None, extra_overrides: li
     workers: a CPU driver may submit GPU runs."""
     spec = load_spec(path)
     try:
-        plugins = load_plugins(spec.imports, base_dir=spec.path.parent) + load_plugins(imports)
+        plugins = tuple(load_plugins(spec.imports, base_dir=spec.path.parent) + load_plugins(imports))
     except PluginError as e:
         raise PluginError(f"{spec.path}: {e}") from None
     # absolute: Ray workers (and anything else) run elsewhere, and must write where sweep.json goes
@@ -476,12 +476,12 @@ def _run_local(sw: Sweep, todo: list[RunSpec], workers: int, threads: int, slots
     warm_of = {}
     for i, (key, runs) in enumerate(groups.items(), 1):
         name = _warm_label(i, len(groups), runs)
-        jobs.append(Job(name, _warm_one, (runs[0].cfg, threads, tuple(sw.plugins))))
+        jobs.append(Job(name, _warm_one, (runs[0].cfg, threads, sw.plugins)))
         for r in runs:
             warm_of[r.cfg.run_name] = name
     for r in todo:
         meta = {"arm": r.arm, "sweep": sw.name, "spec_hash": sw.spec_hash}
-        jobs.append(Job(r.cfg.run_name, _run_one, (r.cfg, meta, threads, tuple(sw.plugins)),
+        jobs.append(Job(r.cfg.run_name, _run_one, (r.cfg, meta, threads, sw.plugins),
                         after=warm_of.get(r.cfg.run_name)))
         run_of[r.cfg.run_name] = r
     gpu_free = {"CUDA_VISIBLE_DEVICES": ""} if _cuda_count() else {}  # runs that need no GPU see none
@@ -576,7 +576,7 @@ def _run_ray(ray, sw: Sweep, todo: list[RunSpec], threads: int, gpus: float, bar
         label = _warm_label(i, len(groups), runs)
         cfg = runs[0].cfg
         ref = warm_task.options(num_cpus=1, num_gpus=gpus if cfg.model.path else 0, name=f"warm-seed{cfg.seed}",
-                                **opts).remote(cfg, threads, str(sw.sweep_dir), tuple(sw.plugins))
+                                **opts).remote(cfg, threads, str(sw.sweep_dir), sw.plugins)
         refs[ref] = ("warm", label)
         for r in runs:
             warm_ref[r.cfg.run_name] = (ref, label)
@@ -586,7 +586,7 @@ def _run_ray(ray, sw: Sweep, todo: list[RunSpec], threads: int, gpus: float, bar
         meta = {"arm": r.arm, "sweep": sw.name, "spec_hash": sw.spec_hash}
         dep = warm_ref.get(r.cfg.run_name, (None, None))[0]
         ref = run_task.options(num_cpus=threads, num_gpus=gpus, name=r.cfg.run_name, **opts).remote(
-            r.cfg, meta, threads, cwd, str(sw.sweep_dir), dep, tuple(sw.plugins))
+            r.cfg, meta, threads, cwd, str(sw.sweep_dir), dep, sw.plugins)
         refs[ref] = ("run", r)
     failures, warm_failed = [], {}
     pending = list(refs)

@@ -65,7 +65,8 @@ def check_trl_settings(obj: ObjectiveConfig, args) -> list:
         (obj.adv.estimator == "group",
          f"objective.adv.estimator={obj.adv.estimator!r}: the advantages are TRL's group advantages (use 'group')"),
         (scale == obj.adv.scale, f"scale_rewards={args.scale_rewards!r} but objective.adv.scale={obj.adv.scale!r}"),
-        (obj.kl.placement != "reward", "objective.kl.placement='reward': the rewards are TRL's; put the KL in the loss"),
+        (obj.kl.placement != "reward",
+         "objective.kl.placement='reward': the rewards are TRL's; put the KL in the loss"),
         (args.beta == kl_beta, f"beta={args.beta} but the objective's KL in the loss has beta {kl_beta} "
                                f"(objective.kl.placement={obj.kl.placement!r}, kl.beta={obj.kl.beta})"),
         (not (f.dynamic_sampling or f.overlong_penalty or f.top_select or f.group_correction or f.overlong_filter),
