@@ -23,9 +23,18 @@ Choices, each stated once:
 - Multiplicity. ``holm`` adjusts the p-values of the comparisons a study declares (Holm, 1979); a p-value that is
   NaN (a comparison without data) still counts in the family, as p = 1, so an empty comparison never makes the
   others look stronger.
+- Power. ``detectable_difference`` is the minimum detectable difference (MDD): the smallest true mean difference
+  that a two-sided paired t test at level alpha/m (the family's Bonferroni level, which is also Holm's first step)
+  detects with probability 80%, given n seeds and the observed sd of the differences; exact, from the noncentral t
+  distribution. It describes the t test; the exact permutation test the verdicts use has about the same power for
+  near-normal differences, and less with very few seeds (its smallest p is 2 / 2^n).
 - Verdict (``compare_declared``). A declared comparison is "resolved" only when the Bonferroni-adjusted interval
   (confidence 1 - alpha/m over the m declared comparisons: t, and also BCa from 10 seeds on) excludes 0 *and* the
-  Holm-adjusted permutation p is <= alpha; otherwise it is "not resolved", with the reason.
+  Holm-adjusted permutation p is <= alpha; otherwise it is "not resolved", with the reason. A study may declare
+  one comparison its positive control (the place where the design was built to show the effect): when that one is
+  not resolved in the predicted direction, every other unresolved comparison is "inconclusive (positive control
+  failed)" (``apply_positive_control``): the design could not show the effect where it should have, so its
+  silence elsewhere says nothing.
 """
 
 from __future__ import annotations
@@ -36,6 +45,7 @@ from dataclasses import dataclass, field
 from typing import NamedTuple, Sequence
 
 import numpy as np
+import scipy.optimize
 import scipy.stats
 
 __all__ = [
@@ -53,8 +63,11 @@ __all__ = [
     "sign_test",
     "permutation_test",
     "holm",
+    "detectable_difference",
     "compare_declared",
     "compare_exploratory",
+    "INCONCLUSIVE",
+    "apply_positive_control",
 ]
 
 MIN_BOOTSTRAP_N = 10
@@ -289,6 +302,32 @@ def holm(pvalues: Sequence[float]) -> np.ndarray:
     return out
 
 
+def detectable_difference(sd: float, n: int, alpha: float = 0.05, power: float = 0.8) -> float:
+    """Minimum detectable difference of a two-sided one-sample (paired) t test: the smallest delta > 0 with
+    ``P(|T| > t_{n-1}(1 - alpha/2)) >= power`` for T noncentral t with n - 1 degrees of freedom and noncentrality
+    delta sqrt(n) / sd. NaN for n < 2 or a non-finite sd; 0 for sd = 0.
+
+    Example: sd = 1, n = 10, alpha = 0.05: 0.9960 (the shortcut
+    (t_9(0.975) + t_9(0.8)) / sqrt(10) = (2.2622 + 0.8834) / 3.1623 = 0.9947 is a little low).
+    """
+    if n < 2 or not np.isfinite(sd):
+        return float("nan")
+    if sd == 0:
+        return 0.0
+    df = n - 1
+    crit = float(scipy.stats.t.ppf(1 - alpha / 2, df))
+
+    def shortfall(nc: float) -> float:  # power at noncentrality nc, minus the target
+        lower = float(np.nan_to_num(scipy.stats.nct.cdf(-crit, df, nc)))  # ~0; scipy returns NaN at some nc
+        return float(scipy.stats.nct.sf(crit, df, nc)) + lower - power
+
+    hi = crit + 4.0
+    while shortfall(hi) < 0:
+        hi *= 2
+    nc = scipy.optimize.brentq(shortfall, 0.0, hi, xtol=1e-12)
+    return float(nc * sd / math.sqrt(n))
+
+
 # ---------------------------------------------------------------------------------------------- comparisons
 
 
@@ -307,6 +346,8 @@ class Comparison:
         verdict: "a > b", "a < b" or "not resolved" for declared rows; None for exploratory rows.
         reason: why not resolved (empty when resolved or exploratory).
         underpowered: the warning text when n < min_seeds (empty otherwise).
+        mdd: the difference detectable with 80% power at level alpha/m (:func:`detectable_difference`; the
+            family's correction for declared rows, alpha for exploratory ones); NaN below 2 seeds.
     """
 
     a: str
@@ -326,6 +367,7 @@ class Comparison:
     verdict: str | None = None
     reason: str = ""
     underpowered: str = ""
+    mdd: float = float("nan")
     extra: dict = field(default_factory=dict)
 
     @property
@@ -346,8 +388,9 @@ def _one(a: str, b: str, label: str, seeds, d, alpha: float, m: int, n_resamples
     if d.size >= MIN_BOOTSTRAP_N:
         bca = bca_interval(d, 1 - alpha, n_resamples, seed)
         bca_adj = bca_interval(d, adj_conf, n_resamples, seed)
+    mdd = detectable_difference(float(d.std(ddof=1)), d.size, alpha / m) if d.size >= 2 else float("nan")
     return Comparison(a, b, label, tuple(int(s) for s in seeds), tuple(float(v) for v in d), t, t_adj, bca, bca_adj,
-                      sign_test(d), permutation_test(d, seed=seed), alpha, m)
+                      sign_test(d), permutation_test(d, seed=seed), alpha, m, mdd=mdd)
 
 
 def _min_perm_p(n: int) -> float:
@@ -395,9 +438,8 @@ def compare_declared(items: Sequence[tuple[str, str, str, Sequence[int], Sequenc
         verdict = "not resolved" if reasons else (f"{r.a} > {r.b}" if r.mean > 0 else f"{r.a} < {r.b}")
         under = ""
         if r.n < min_seeds:
-            hw = r.t_adj.half_width
-            under = (f"underpowered: {r.n} seeds (fewer than min_seeds = {min_seeds}); a difference of "
-                     f"{hw:.3g} (the t-interval half-width) could not be detected" if np.isfinite(hw) else
+            under = (f"underpowered: {r.n} seeds (fewer than min_seeds = {min_seeds}); differences below "
+                     f"{r.mdd:.3g} are detected with less than 80% power" if np.isfinite(r.mdd) else
                      f"underpowered: {r.n} seeds (fewer than min_seeds = {min_seeds}); no interval")
         out.append(_replace(r, p_holm=ph, verdict=verdict, reason="; ".join(reasons), underpowered=under))
     return out
@@ -413,3 +455,27 @@ def _replace(c: Comparison, **kw) -> Comparison:
     from dataclasses import replace
 
     return replace(c, **kw)
+
+
+INCONCLUSIVE = "inconclusive (positive control failed)"
+"""Verdict of an unresolved comparison in a family whose positive control failed."""
+
+
+def apply_positive_control(rows: Sequence[Comparison], control: int) -> list[Comparison]:
+    """``rows`` (from :func:`compare_declared`) with the positive control applied: ``rows[control]`` is expected
+    to resolve as "a > b". When it does not, every other row that is "not resolved" becomes :data:`INCONCLUSIVE`
+    and the control's own reason says it failed; resolved rows keep their verdicts (a difference the data resolve
+    is still a difference). When it does, the rows are returned unchanged."""
+    c = rows[control]
+    if c.verdict == f"{c.a} > {c.b}":
+        return list(rows)
+    failed = f"positive control failed: {c.a} - {c.b} on {c.label} is {c.verdict}, not {c.a} > {c.b}"
+    out = []
+    for i, r in enumerate(rows):
+        if i == control:
+            out.append(_replace(r, reason="; ".join(x for x in (r.reason, "the positive control failed") if x)))
+        elif r.verdict == "not resolved":
+            out.append(_replace(r, verdict=INCONCLUSIVE, reason="; ".join(x for x in (r.reason, failed) if x)))
+        else:
+            out.append(r)
+    return out

@@ -1,8 +1,11 @@
 """Figures. Every function here only draws numbers computed elsewhere (analysis.stats, analysis.report) and
 returns ``(fig, ax)`` or ``(fig, axes)``.
 
-- Colours: one per arm, fixed by the arm order of the sweep (``arm_colors``), so an arm has the same colour in
-  every figure of a report, also when some arm has no runs.
+- Colours and line styles: one colour per arm, fixed by the arm order of the sweep (``arm_colors``), so an arm has
+  the same colour in every figure of a report, also when some arm has no runs; lines also cycle through four
+  dash styles in that order (``LINE_STYLES``), so arms stay apart in greyscale and for colour-blind readers.
+- Layout: grids of at most :data:`MAX_COLUMNS` columns of panels :data:`PANEL_SIZE` inches each, so a panel stays
+  readable printed 3.3 inches wide; ``save_figure`` writes a PDF next to every PNG.
 - Figures are built with ``matplotlib.figure.Figure`` and never through ``pyplot``: they render with the Agg
   (PNG) canvas whatever backend the session uses, need no display, do not switch a notebook's backend, and are
   not kept alive by pyplot's figure manager (no leak over many calls). ``fig.savefig(path)`` writes them.
@@ -21,6 +24,11 @@ from matplotlib.ticker import EngFormatter
 from matplotlib.transforms import ScaledTranslation
 
 __all__ = [
+    "MAX_COLUMNS",
+    "PANEL_SIZE",
+    "LINE_STYLES",
+    "save_figure",
+    "plot_paired_differences",
     "Panel",
     "TRAINING_PANELS",
     "X_LABELS",
@@ -33,6 +41,22 @@ __all__ = [
 
 X_LABELS = {"step": "training step", "tokens": "generated tokens"}
 """Axis label (with unit) for each x column."""
+MAX_COLUMNS = 3
+"""Most panels side by side in a grid figure."""
+PANEL_SIZE = (3.3, 2.4)
+"""Width and height of one grid panel, inches (a journal column is about 3.3 inches)."""
+LINE_STYLES = ("-", "--", "-.", ":")
+"""Dash styles the arms cycle through, in arm order."""
+
+
+def save_figure(fig, out_dir, name: str, dpi: int) -> None:
+    """Write ``fig`` as ``name`` (a .png) and as the same name with .pdf (vector, for papers), both byte-identical
+    from run to run (the PDF without its creation date)."""
+    from pathlib import Path
+
+    path = Path(out_dir) / name
+    fig.savefig(path, dpi=dpi)
+    fig.savefig(path.with_suffix(".pdf"), metadata={"CreationDate": None})
 
 
 @dataclass(frozen=True)
@@ -87,11 +111,17 @@ NONNEG = (0.0, None)    # lengths, entropies
 NONNEG_KL = ("kl/exact", "kl/exact_fwd", "kl/k2", "kl/k3")  # exact KL, 0.5 log(r)^2, r - 1 - log r: never negative
 
 
+SIGNED_SUFFIXES = ("_gap", "_diff", "_delta", "_change")
+"""Metric names ending so are differences (length/filler_gap = wrong minus right): signed, never clipped."""
+
+
 def metric_bounds(metric: str) -> tuple[float | None, float | None] | None:
     """The range a logged metric can take, where the name tells: accuracies, pass@k and fractions [0, 1]; lengths,
     entropies, the exact KL and the k2 / k3 estimates >= 0; None otherwise (k1, which can be negative, a loss, an
-    advantage). Figures clip CI bands and bars to it: a t interval over a few seeds can reach past it (accuracy
-    above 1, a KL below 0)."""
+    advantage, and any difference: a name ending in one of ``SIGNED_SUFFIXES``, whatever its prefix). Figures clip
+    CI bands and bars to it: a t interval over a few seeds can reach past it (accuracy above 1, a KL below 0)."""
+    if metric.endswith(SIGNED_SUFFIXES):
+        return None
     if metric.startswith(("eval/acc", "eval/pass@", "reward/acc", "adv/weight_share")) or metric.endswith(
             ("_frac", "clipfrac_low", "clipfrac_high")):
         return UNIT
@@ -101,21 +131,25 @@ def metric_bounds(metric: str) -> tuple[float | None, float | None] | None:
 
 
 def draw_curves(ax, curves: pd.DataFrame, colors: Mapping[str, tuple], x: str = "step", by: str = "arm",
-                markers: bool = False, band_alpha: float = 0.2,
+                markers: bool = False, band_alpha: float | None = None,
                 bounds: tuple[float | None, float | None] | None = None) -> dict:
     """Draw mean lines and CI bands on ``ax``; returns ``{group: (line handle, max n)}``.
 
     Data contract: ``curves`` has columns ``[by, x, "mean", "low", "high", "n"]`` (the output of
-    ``analysis.stats.mean_ci_over_seeds``); groups are drawn in the order of ``colors``, groups missing from
-    ``colors`` after them in grey. Bands are drawn where n >= 2, clipped to ``bounds`` (the metric's range).
+    ``analysis.stats.mean_ci_over_seeds``); groups are drawn in the order of ``colors`` with the dash style of
+    their position there, groups missing from ``colors`` after them in grey. Bands are drawn where n >= 2, clipped
+    to ``bounds`` (the metric's range); ``band_alpha`` None: 0.2 for up to 3 groups, 0.1 for more.
     """
     handles = {}
     groups = [g for g in colors if g in set(curves[by])] + [g for g in pd.unique(curves[by]) if g not in colors]
+    style = {g: LINE_STYLES[i % len(LINE_STYLES)] for i, g in enumerate(colors)}
+    if band_alpha is None:  # many overlapping bands hide each other: lighter ones
+        band_alpha = 0.2 if len(groups) <= 3 else 0.1
     for g in groups:
         c = curves[curves[by] == g].sort_values(x)
         color = colors.get(g, (0.5, 0.5, 0.5, 1.0))
-        (line,) = ax.plot(c[x], c["mean"], color=color, lw=1.6, marker="o" if markers else None, ms=3,
-                          label=_legend_label(str(g), int(c["n"].max())))
+        (line,) = ax.plot(c[x], c["mean"], color=color, lw=1.4, ls=style.get(g, "-"),
+                          marker="o" if markers else None, ms=3, label=_legend_label(str(g), int(c["n"].max())))
         band = c[c["n"] >= 2]
         if not band.empty:
             lo, hi = band["low"], band["high"]
@@ -163,11 +197,12 @@ def _not_logged(ax, title: str) -> None:
 
 
 def plot_panels(panels: Sequence[tuple[str, str, pd.DataFrame | None] | None], colors: Mapping[str, tuple],
-                x: str = "step", ncols: int = 3, title: str = "", by: str = "arm",
+                x: str = "step", ncols: int = MAX_COLUMNS, title: str = "", by: str = "arm",
                 ylims: Sequence[tuple[float, float] | None] | None = None, markers: Sequence[bool] | None = None,
-                panel_size: tuple[float, float] = (3.9, 2.6), sharey: bool = False,
+                panel_size: tuple[float, float] = PANEL_SIZE, sharey: bool = False,
                 bounds: Sequence[tuple[float | None, float | None] | None] | None = None):
-    """A grid of learning-curve panels with one legend for the figure. Returns ``(fig, axes)`` (axes 2-D).
+    """A grid of learning-curve panels (at most :data:`MAX_COLUMNS` columns) with one legend for the figure.
+    Returns ``(fig, axes)`` (axes 2-D).
 
     Args:
         panels: ``(title, ylabel, curves)`` per panel; ``curves`` as in :func:`draw_curves`, or None / empty for
@@ -182,7 +217,7 @@ def plot_panels(panels: Sequence[tuple[str, str, pd.DataFrame | None] | None], c
     n = len(panels)
     if n == 0:
         raise ValueError("plot_panels: no panels")
-    ncols = max(1, min(ncols, n))
+    ncols = max(1, min(ncols, n, MAX_COLUMNS))
     nrows = -(-n // ncols)
     per_row = legend_per_row(colors, ncols * panel_size[0])
     legend_rows = max(1, -(-len(colors) // per_row))  # room below the panels for every legend row
@@ -204,7 +239,7 @@ def plot_panels(panels: Sequence[tuple[str, str, pd.DataFrame | None] | None], c
             seen[g] = (seen.get(g, (h, 0))[0], max(n_g, seen.get(g, (h, 0))[1]))
         _style_x(ax, x)
         ax.set_ylabel(ylabel)
-        ax.set_title(ptitle, fontsize="medium", y=1.0)  # fixed y: skips the auto-placement pass (no top ticks)
+        ax.set_title(ptitle, fontsize="small", y=1.0)  # fixed y: skips the auto-placement pass (no top ticks)
         if ylims and ylims[i] is not None:
             ax.set_ylim(*ylims[i])
     for ax in axes.flat[n:]:
@@ -292,3 +327,59 @@ def plot_final(per_run: pd.DataFrame, summary: pd.DataFrame, colors: Mapping[str
     ax.grid(True, axis="x", alpha=0.3)
     ax.set_title(title, fontsize="medium")
     return fig, ax
+
+
+def plot_paired_differences(table: pd.DataFrame, colors: Mapping[str, tuple], title: str = ""):
+    """The per-seed paired differences of declared comparisons: one panel per endpoint (at most
+    :data:`MAX_COLUMNS` columns), one row per comparison a - b: a dot per seed, a thin black bar for the 95%
+    interval, a thick one for the family-adjusted interval, a tick at the mean, a dashed line at 0. Returns
+    ``(fig, axes)``.
+
+    Data contract: ``table`` has the columns of ``analysis.report_stats.comparison_table(declared=True)``: a,
+    comparison, endpoint, d (space-separated per-seed differences), mean, t_low, t_high, t_adj_low, t_adj_high.
+    The adjusted interval drawn is the t one (the BCa one is in the tables). Every endpoint has the same
+    comparisons (the declared family is endpoints x pairs), so their names label the first column only; rows keep
+    the table's order, top to bottom; dots take arm a's colour."""
+    endpoints = list(pd.unique(table["endpoint"]))
+    names = list(pd.unique(table["comparison"]))
+    ncols = min(MAX_COLUMNS, len(endpoints))
+    nrows = -(-len(endpoints) // ncols)
+    pw, ph = PANEL_SIZE[0], 0.4 * len(names) + 0.5
+    left, wgap, hgap = 0.25 + 0.068 * max(len(n) for n in names), 0.35, 0.95
+    top, bottom = (0.7 if title else 0.4), 0.6
+    width, height = left + 0.25 + ncols * pw + (ncols - 1) * wgap, top + bottom + nrows * ph + (nrows - 1) * hgap
+    fig = Figure(figsize=(width, height))
+    axes = fig.subplots(nrows, ncols, squeeze=False)
+    fig.subplots_adjust(left=left / width, right=1 - 0.25 / width, bottom=bottom / height, top=1 - top / height,
+                        wspace=wgap / pw, hspace=hgap / ph)
+    for i, (ax, endpoint) in enumerate(zip(axes.flat, endpoints)):
+        rows = table[table["endpoint"] == endpoint].set_index("comparison").reindex(names).reset_index()
+        _draw_paired(ax, rows, colors, labels=i % ncols == 0)
+        ax.set_title(endpoint, fontsize="small", y=1.0)
+    for ax in axes.flat[len(endpoints):]:
+        ax.set_visible(False)
+    if title:
+        fig.suptitle(title, fontsize="medium", y=1 - 0.1 / height, va="top")
+    return fig, axes
+
+
+def _draw_paired(ax, rows: pd.DataFrame, colors: Mapping[str, tuple], labels: bool) -> None:
+    k = len(rows)
+    for i, r in enumerate(rows.itertuples(index=False)):
+        y = k - 1 - i
+        color = colors.get(r.a, (0.3, 0.3, 0.3, 1.0))
+        d = np.array([float(v) for v in r.d.split()]) if isinstance(r.d, str) else np.array([])
+        if np.isfinite(r.t_adj_low) and np.isfinite(r.t_adj_high):
+            ax.plot([r.t_adj_low, r.t_adj_high], [y, y], color=color, lw=7, alpha=0.35, solid_capstyle="butt")
+        if np.isfinite(r.t_low) and np.isfinite(r.t_high):
+            ax.plot([r.t_low, r.t_high], [y, y], color="black", lw=1.2)
+        if np.isfinite(r.mean):
+            ax.plot([r.mean], [y], marker="|", ms=14, mew=2.5, color="black")
+        if d.size:
+            jitter = np.linspace(-0.18, 0.18, d.size) if d.size > 1 else np.zeros(1)
+            ax.scatter(d, y + jitter, s=12, color=color, edgecolor="black", linewidth=0.3, zorder=3)
+    ax.axvline(0.0, color="0.4", ls="--", lw=1)
+    ax.set_yticks(range(k), list(reversed(list(rows["comparison"]))) if labels else [""] * k, fontsize="small")
+    ax.set_ylim(-0.6, k - 0.4)
+    ax.set_xlabel("a - b, per seed", fontsize="small")
+    ax.grid(True, axis="x", alpha=0.3)

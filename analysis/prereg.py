@@ -11,16 +11,25 @@ Spec keys (all optional; ``objbench sweep`` copies the section into sweep.json, 
       comparisons:                # [a, b] pairs: the per-seed difference a - b ...
         - [seq_mean_token_mean, token_mean]
       baseline: group_std         # ... or every other arm minus this one (both may be given; duplicates dropped)
+      positive_control: [verdict_seq_mean, verdict_token_mean]   # optional: the comparison (one of the above,
+                                  # on the first endpoint) that must resolve as a > b for the study to be able to
+                                  # show the effect; when it does not, the other unresolved comparisons are
+                                  # "inconclusive (positive control failed)" (analysis.inference)
       alpha: 0.05                 # family-wise error rate over endpoints x comparisons (Holm); default 0.05
       min_seeds: 10               # fewer paired seeds -> the report says "underpowered"; default 10
       study: length_bias          # study section (analysis/studies.py)
 
-Windows (the per-run value of a metric; for eval.jsonl keys a "point" is an evaluation, for metrics.jsonl keys a
-training step). Step 0 is the start policy: it is left out of every window whenever a run has later points, except
-``auc`` (the area starts at the start policy) and a ``steps`` range that includes 0.
+Windows (the per-run value of a metric). Windows count training steps, never logged points: a "point" is a step at
+which the metric was logged (every step for metrics.jsonl keys, every evaluation for eval.jsonl keys), and a window
+takes the points whose steps fall inside it. Step 0 is the start policy: it is left out of every window whenever a
+run has later points, except ``auc`` (the area starts at the start policy) and a ``steps`` range that includes 0.
 
 - ``final``: the last point.
-- ``{last: K}`` (or ``"last:K"``): mean of the last K points.
+- ``{last: K}`` (or ``"last:K"``): mean of the points in the last K steps of the run's schedule, steps
+  S - K + 1 .. S with S the run's ``train.steps`` (the last logged step where the schedule is unknown). A run
+  that did not log the metric at every one of those steps contributes the points it has (the report says how many
+  points each run contributed); one with none there is left out of the comparison. For an evaluation metric
+  logged every E steps the window holds the evaluations inside it (``last: 50`` with E = 10: five).
 - ``{steps: [lo, hi]}``: mean of the points with lo <= step <= hi.
 - ``auc``: area under the curve over steps (trapezoid rule) divided by the step span, i.e. the curve's mean
   height; one point: its value.
@@ -54,10 +63,14 @@ __all__ = [
     "parse_plan",
     "check_report_spec",
     "per_run_values",
+    "schedule_ends",
+    "points_note",
+    "eval_window_problems",
     "paired_differences",
 ]
 
-REPORT_KEYS = ("primary", "window", "endpoints", "comparisons", "baseline", "alpha", "min_seeds", "study")
+REPORT_KEYS = ("primary", "window", "endpoints", "comparisons", "baseline", "positive_control", "alpha", "min_seeds",
+               "study")
 """Keys a sweep spec's ``report:`` section may hold."""
 DEFAULT_ALPHA = 0.05
 DEFAULT_MIN_SEEDS = 10
@@ -97,7 +110,7 @@ class Window:
             return f"the change per run from ({self.start.describe()}) to ({self.end.describe()})"
         return {
             "final": "the last point of each run",
-            "last": f"the mean of the last {self.k} points of each run",
+            "last": f"the mean over the last {self.k} steps of each run's schedule",
             "steps": f"the mean over steps {self.lo}-{self.hi} of each run",
             "auc": "the area under each run's curve over steps divided by the step span (its mean height)",
             "std": "the standard deviation over each run's points",
@@ -187,12 +200,14 @@ class Plan:
         comparisons: ``(a, b)`` arm pairs, difference a - b per seed; empty when nothing was declared.
         alpha, min_seeds: as in the spec.
         declared: True when the spec declared comparisons (else the report gives no verdicts).
+        positive_control: the comparison ``(a, b)`` expected to resolve as a > b on the first endpoint, or None.
     """
 
     endpoints: tuple[Endpoint, ...]
     comparisons: tuple[tuple[str, str], ...]
     alpha: float = DEFAULT_ALPHA
     min_seeds: int = DEFAULT_MIN_SEEDS
+    positive_control: tuple[str, str] | None = None
 
     @property
     def declared(self) -> bool:
@@ -203,8 +218,11 @@ class Plan:
         return len(self.endpoints) * len(self.comparisons)
 
     def to_spec(self) -> dict:
-        return {"endpoints": [e.to_spec() for e in self.endpoints], "comparisons": [list(c) for c in self.comparisons],
+        spec = {"endpoints": [e.to_spec() for e in self.endpoints], "comparisons": [list(c) for c in self.comparisons],
                 "alpha": self.alpha, "min_seeds": self.min_seeds}
+        if self.positive_control:
+            spec["positive_control"] = list(self.positive_control)
+        return spec
 
 
 def _comparisons(report: dict, arms: Sequence[str] | None) -> tuple[tuple[str, str], ...]:
@@ -287,7 +305,13 @@ def parse_plan(report: dict | None, arms: Sequence[str] | None = None, primary: 
     comparisons = _comparisons(report, arms)
     if comparisons and not endpoints:
         raise ValueError("report comparisons are declared but no endpoint: give report.primary or report.endpoints")
-    return Plan(tuple(endpoints), comparisons, float(alpha), int(min_seeds))
+    control = report.get("positive_control")
+    if control is not None:
+        if not isinstance(control, (list, tuple)) or tuple(control) not in comparisons:
+            raise ValueError(f"report.positive_control must be one of the declared comparisons [a, b] (expected "
+                             f"a > b on the first endpoint), got {control!r}")
+        control = tuple(control)
+    return Plan(tuple(endpoints), comparisons, float(alpha), int(min_seeds), control)
 
 
 # the studies whose report section analysis/studies.py writes (named by a spec's report.study)
@@ -307,56 +331,118 @@ def check_report_spec(report: Any, arms: Sequence[str] | None = None) -> None:
 # ---------------------------------------------------------------------------------------------- values
 
 
-def _window_value(steps: np.ndarray, values: np.ndarray, w: Window) -> float:
-    """One run's value; ``steps`` ascending, values finite."""
+def _window_value(steps: np.ndarray, values: np.ndarray, w: Window, end: int | None = None) -> tuple[float, int]:
+    """One run's value and the number of points it was computed from; ``steps`` ascending, values finite; ``end``
+    the last step of the run's schedule (None: its last logged step)."""
     if w.kind == "change":
-        return _window_value(steps, values, w.end) - _window_value(steps, values, w.start)
+        (v1, n1), (v0, n0) = _window_value(steps, values, w.end, end), _window_value(steps, values, w.start, end)
+        return v1 - v0, n1 + n0
     if w.kind == "auc":
         if steps.size == 1:
-            return float(values[0])
+            return float(values[0]), 1
         area = float(np.sum((values[1:] + values[:-1]) / 2 * np.diff(steps)))  # trapezoid rule
-        return area / float(steps[-1] - steps[0])
+        return area / float(steps[-1] - steps[0]), int(steps.size)
     if w.kind == "reach":
         hit = np.nonzero(values >= w.level)[0]
         if hit.size:
-            return float(steps[hit[0]])
+            return float(steps[hit[0]]), int(hit[0]) + 1
         gap = float(steps[-1] - steps[-2]) if steps.size > 1 else 1.0
-        return float(steps[-1]) + gap  # censored: see the module docstring
+        return float(steps[-1]) + gap, int(steps.size)  # censored: see the module docstring
     if w.kind == "steps":
         sel = (steps >= w.lo) & (steps <= w.hi)
-        return float(values[sel].mean()) if sel.any() else float("nan")
+        return (float(values[sel].mean()) if sel.any() else float("nan")), int(sel.sum())
     if steps.size > 1 and steps[0] == 0:  # the start policy is not part of a training window
         steps, values = steps[1:], values[1:]
     if w.kind == "final":
-        return float(values[-1])
+        return float(values[-1]), 1
     if w.kind == "last":
-        return float(values[-w.k:].mean())
+        last = int(steps[-1]) if end is None else int(end)
+        sel = (steps > last - w.k) & (steps <= last)
+        return (float(values[sel].mean()) if sel.any() else float("nan")), int(sel.sum())
     if w.kind == "std":
-        return float(values.std(ddof=1)) if values.size > 1 else float("nan")
+        return (float(values.std(ddof=1)) if values.size > 1 else float("nan")), int(values.size)
     raise ValueError(f"unknown window kind {w.kind!r}")
 
 
-def per_run_values(frame: pd.DataFrame, metric: str, window: Window | Any = FINAL) -> pd.DataFrame:
+def schedule_ends(configs: pd.DataFrame) -> dict[str, int]:
+    """The last step of each run's schedule (its ``train.steps``), from a ``Runs.configs`` table; runs without
+    the key are absent (their windows end at their last logged point)."""
+    if "train.steps" not in configs.columns:
+        return {}
+    steps = configs[["run", "train.steps"]].dropna()
+    return {str(r): int(s) for r, s in zip(steps["run"], steps["train.steps"])}
+
+
+def per_run_values(frame: pd.DataFrame, metric: str, window: Window | Any = FINAL,
+                   ends: dict[str, int] | None = None) -> pd.DataFrame:
     """One value per run of ``metric`` over ``window``.
 
     Data contract: ``frame`` is a long table (``Runs.metrics`` or ``Runs.evals``) with columns run, arm, seed, step,
-    metric, value. Runs without the metric are absent; a run whose window is empty gets NaN and is dropped.
+    metric, value. Runs without the metric are absent; a run whose window holds no point gets NaN and is dropped.
+    ``ends``: run -> last step of its schedule (:func:`schedule_ends`), where ``last: K`` windows end; a run not in
+    it ends at its last logged point.
 
     Returns:
-        DataFrame with columns run, arm, seed, value in the run order of ``frame``.
+        DataFrame with columns run, arm, seed, value, points (how many logged points the value was computed from),
+        in the run order of ``frame``.
     """
     w = parse_window(window)
     missing = [c for c in ("run", "arm", "seed", "step", "metric", "value") if c not in frame.columns]
     if missing:
         raise ValueError(f"per_run_values: missing column(s) {missing}; got {list(frame.columns)}")
+    ends = ends or {}
     d = frame[(frame["metric"] == metric) & frame["value"].notna()]
     rows = []
     for run, g in d.groupby("run", sort=False):
         g = g.sort_values("step", kind="stable")
-        v = _window_value(g["step"].to_numpy(), g["value"].to_numpy(dtype=float), w)
+        v, points = _window_value(g["step"].to_numpy(), g["value"].to_numpy(dtype=float), w, ends.get(str(run)))
         if np.isfinite(v):
-            rows.append({"run": run, "arm": g["arm"].iloc[0], "seed": int(g["seed"].iloc[0]), "value": v})
-    return pd.DataFrame(rows, columns=["run", "arm", "seed", "value"])
+            rows.append({"run": run, "arm": g["arm"].iloc[0], "seed": int(g["seed"].iloc[0]), "value": v,
+                         "points": points})
+    return pd.DataFrame(rows, columns=["run", "arm", "seed", "value", "points"])
+
+
+def points_note(values: pd.DataFrame, label: str) -> str:
+    """One sentence on how many points each run's value of an endpoint was computed from: the range over the runs
+    with at least half the largest count, and each run with fewer named with its count (up to 8)."""
+    if values.empty:
+        return f"`{label}`: no run has a point in the window"
+    full = int(values["points"].max())
+    most = values[values["points"] * 2 >= full]
+    few = values[values["points"] * 2 < full].sort_values("points", kind="stable")
+    lo = int(most["points"].min())
+    text = f"`{label}`: points per run {lo if lo == full else f'{lo}-{full}'} ({len(most)} run{'s' * (len(most) > 1)})"
+    if not few.empty:
+        named = [f"{r} {int(n)}" for r, n in zip(few["run"], few["points"])]
+        text += "; fewer than half: " + ", ".join(named[:8]) + (f" and {len(named) - 8} more" if len(named) > 8 else "")
+    return text
+
+
+def _eval_steps_in(w: Window, steps: int, every: int) -> int:
+    """How many evaluations (steps 0, every, 2 every, ..., and the last step) window ``w`` can hold in a run of
+    ``steps`` steps; change windows: the smaller of their two parts."""
+    if w.kind == "change":
+        return min(_eval_steps_in(w.start, steps, every), _eval_steps_in(w.end, steps, every))
+    evals = sorted({0, steps, *range(every, steps + 1, every)})
+    if w.kind == "steps":
+        return sum(w.lo <= s <= w.hi for s in evals)
+    if w.kind == "last":
+        return sum(steps - w.k < s <= steps and s > 0 for s in evals)
+    return len(evals)
+
+
+def eval_window_problems(plan: Plan, schedules: dict[str, tuple[int, int]]) -> list[str]:
+    """Declared endpoints on an evaluation metric (``eval/...``) whose window holds no evaluation in some arm's
+    schedule, as messages; ``schedules``: arm -> (train.steps, train.eval_every)."""
+    problems = []
+    for e in plan.endpoints:
+        if not e.metric.startswith("eval/"):
+            continue
+        for arm, (steps, every) in schedules.items():
+            if _eval_steps_in(e.window, steps, every) == 0:
+                problems.append(f"endpoint {e.metric} ({e.window.label()}) holds no evaluation in arm {arm!r}: it "
+                                f"evaluates at step 0, every {every} steps and at its last step {steps}")
+    return problems
 
 
 def paired_differences(values: pd.DataFrame, a: str, b: str) -> tuple[list[int], list[float]]:

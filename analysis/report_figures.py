@@ -1,5 +1,6 @@
-"""A report's figures (PNG) with their captions: learning curves, accuracy per difficulty bucket, final score per
-arm. Curves come from analysis.stats, final scores from the report's tables (analysis.report_stats); analysis.plots
+"""A report's figures (PNG, and PDF beside each) with their captions: learning curves, accuracy per difficulty
+bucket, final score per arm, and the per-seed paired differences of the declared comparisons. Curves come from
+analysis.stats, final scores and comparisons from the report's tables (analysis.report_stats); analysis.plots
 draws them.
 """
 
@@ -13,7 +14,8 @@ import pandas as pd
 
 from objbench.analysis.inference import MIN_BOOTSTRAP_N
 from objbench.analysis.load import Runs
-from objbench.analysis.plots import ACC_LIM, TRAINING_PANELS, Panel, arm_colors, metric_bounds, plot_final, plot_panels
+from objbench.analysis.plots import (ACC_LIM, MAX_COLUMNS, TRAINING_PANELS, Panel, arm_colors, metric_bounds,
+                                    plot_final, plot_paired_differences, plot_panels, save_figure)
 from objbench.analysis.report_metrics import bucket_keys
 from objbench.analysis.report_stats import ReportNumbers, shared_start
 from objbench.analysis.stats import CURVE_RESAMPLES, mean_ci_over_seeds
@@ -46,7 +48,8 @@ def panel_curves(runs: Runs, panels: Sequence[Panel] = TRAINING_PANELS, x: str =
 
 def save_figures(runs: Runs, num: ReportNumbers, out: Path, opts: dict) -> list[tuple[str, str]]:
     """Draw the report's figures into ``out``; returns ``[(file name, caption), ...]`` in report order (learning
-    curves, difficulty buckets when logged, final score when any run has a final value)."""
+    curves, difficulty buckets when logged, final score when any run has a final value, paired differences when
+    comparisons were declared)."""
     colors = arm_colors(runs.arms)
     figures = [_curves_figure(runs, colors, out, opts)]
     diff = _difficulty_figure(runs, num, colors, out, opts)
@@ -55,6 +58,9 @@ def save_figures(runs: Runs, num: ReportNumbers, out: Path, opts: dict) -> list[
     final = _final_figure(runs, num, colors, out, opts)
     if final is not None:
         figures.append(final)
+    paired = _paired_figure(runs, num, colors, out, opts)
+    if paired is not None:
+        figures.append(paired)
     return figures
 
 
@@ -65,18 +71,25 @@ def _smoothed(smooth: int | None) -> str:
 def _curves_figure(runs: Runs, colors, out: Path, opts: dict) -> tuple[str, str]:
     x, smooth, seed = opts["x"], opts["smooth"], opts["seed"]
     curves = panel_curves(runs, TRAINING_PANELS, x=x, smooth=smooth, seed=seed)
-    fig, _ = plot_panels(curves, colors, x=x, ncols=5,
+    fig, _ = plot_panels(curves, colors, x=x, ncols=MAX_COLUMNS,
                          title=f"{runs.sweep['name']}: learning curves per arm (mean over seeds, {_BAND}"
                                f"{_smoothed(smooth)})",
                          ylims=[p.ylim for p in TRAINING_PANELS],
                          markers=[p.source == "evals" for p in TRAINING_PANELS],
                          bounds=[metric_bounds(p.keys[0]) for p in TRAINING_PANELS])
     name = f"curves_{x}.png"
-    fig.savefig(out / name, dpi=opts["dpi"])
+    save_figure(fig, out, name, opts["dpi"])
     return name, (f"Learning curves per arm: mean over seeds, shaded 95% CI over seeds (a t interval where "
                   f"fewer than {MIN_BOOTSTRAP_N} runs cover a point, BCa bootstrap from {MIN_BOOTSTRAP_N}; "
                   "no band where a single run covers that point; bands are clipped to the metric's range, "
-                  "0 to 1 for accuracies).")
+                  f"0 to 1 for accuracies){_caption_smoothing(smooth)}")
+
+
+def _caption_smoothing(smooth: int | None) -> str:
+    if smooth and smooth > 1:
+        return (f"; each run smoothed by a trailing rolling mean of {smooth} points before the mean over seeds "
+                "(the tables use the raw values).")
+    return "; not smoothed."
 
 
 def _difficulty_rows(runs: Runs, num: ReportNumbers, opts: dict) -> list[list[tuple]]:
@@ -106,16 +119,16 @@ def _difficulty_figure(runs: Runs, num: ReportNumbers, colors, out: Path, opts: 
     if not rows:
         return None
     x = opts["x"]
-    ncols = max(len(r) for r in rows)
-    cells = [c for r in rows for c in r + [None] * (ncols - len(r))]
+    ncols = min(MAX_COLUMNS, max(len(r) for r in rows))
+    cells = [c for r in rows for c in r + [None] * (-len(r) % ncols)]  # each family starts a row
     fig, _ = plot_panels([c[:3] if c else None for c in cells], colors, x=x, ncols=ncols,
                          title=f"{runs.sweep['name']}: accuracy per difficulty bucket (mean over seeds, {_BAND}"
                                f"{_smoothed(opts['smooth'])})",
                          ylims=[ACC_LIM] * len(cells), markers=[bool(c and c[3]) for c in cells],
                          bounds=[c[4] if c else None for c in cells])
     name = f"difficulty_{x}.png"
-    fig.savefig(out / name, dpi=opts["dpi"])
-    return name, "Accuracy per difficulty bucket (d1 = easiest)."
+    save_figure(fig, out, name, opts["dpi"])
+    return name, "Accuracy per difficulty bucket (d1 = easiest)" + _caption_smoothing(opts["smooth"])
 
 
 def _slug(s: str) -> str:
@@ -144,7 +157,23 @@ def _final_figure(runs: Runs, num: ReportNumbers, colors, out: Path, opts: dict)
                         title=f"{runs.sweep['name']}: final {primary} per arm\n(bar: 95% CI of the mean, "
                               f"{' / '.join(methods) or 'none'}; tick: mean; dots: seeds)")
     name = f"final_{_slug(primary)}.png"
-    fig.savefig(out / name, dpi=opts["dpi"])
+    save_figure(fig, out, name, opts["dpi"])
     return name, (f"Final {primary} per arm ({num.final_def})"
                   + ("; bars clipped to the metric's range" if metric_bounds(primary) else "")
                   + ("; dashed line: the shared start policy (step 0), mean over seeds." if ref else "."))
+
+
+def _paired_figure(runs: Runs, num: ReportNumbers, colors, out: Path, opts: dict) -> tuple[str, str] | None:
+    """The declared comparisons' per-seed differences and intervals, one panel per endpoint. None: nothing
+    declared."""
+    table = num.comparisons.declared_table.data
+    if table.empty:
+        return None
+    conf = 100 * float(table["adj_confidence"].iloc[0])
+    fig, _ = plot_paired_differences(table, colors, title=f"{runs.sweep['name']}: declared comparisons, a - b per "
+                                                          "seed")
+    name = "paired_differences.png"
+    save_figure(fig, out, name, opts["dpi"])
+    return name, (f"Declared comparisons: each dot is one seed's difference a - b (same seed = same warm start and "
+                  f"prompts); thin black bar: 95% t interval of the mean; thick bar: the family-adjusted {conf:.4g}% "
+                  "t interval the verdict uses; tick: mean; dashed line: no difference.")

@@ -16,7 +16,7 @@ import pandas as pd
 
 from objbench.analysis import data as rdata
 from objbench.analysis import prereg
-from objbench.analysis.inference import MIN_BOOTSTRAP_N, Comparison
+from objbench.analysis.inference import INCONCLUSIVE, MIN_BOOTSTRAP_N, Comparison
 from objbench.analysis.load import Runs
 from objbench.analysis.provenance import format_seconds
 from objbench.analysis.report_stats import ReportNumbers, start_spread
@@ -248,7 +248,18 @@ def _declared_rule(plan: prereg.Plan) -> list[str]:
             f"Rule: a comparison is **resolved** only when its Bonferroni-adjusted interval (confidence "
             f"1 - {plan.alpha:g}/{m}; t, and BCa too from {MIN_BOOTSTRAP_N} seeds) excludes 0 *and* its "
             f"Holm-adjusted exact permutation p is <= {plan.alpha:g}; otherwise it is **not resolved**. The sign "
-            "test and the unadjusted 95% interval are shown for reference.", ""]
+            "test and the unadjusted 95% interval are shown for reference. *80%-power MDD*: the smallest true "
+            f"difference a paired t test at level {plan.alpha:g}/{m} detects with 80% probability, from the seeds "
+            "and the sd of the per-seed differences: smaller effects could easily have been missed."
+            + _control_rule(plan), ""]
+
+
+def _control_rule(plan: prereg.Plan) -> str:
+    if not plan.positive_control:
+        return ""
+    a, b = plan.positive_control
+    return (f" Positive control (declared): {a} - {b} on `{plan.endpoints[0].label()}` must resolve as {a} > {b}; "
+            f"when it does not, every other unresolved comparison is **{INCONCLUSIVE}**.")
 
 
 def _floor_lines(declared: list[Comparison], plan: prereg.Plan) -> list[str]:
@@ -261,7 +272,7 @@ def _floor_lines(declared: list[Comparison], plan: prereg.Plan) -> list[str]:
 
 
 def _verdict_line(c: Comparison, plan: prereg.Plan) -> str:
-    if c.verdict == "not resolved":
+    if c.verdict in ("not resolved", INCONCLUSIVE):
         why = []
         if c.n < 2:
             why.append(f"{c.n} paired seed(s)")
@@ -270,7 +281,13 @@ def _verdict_line(c: Comparison, plan: prereg.Plan) -> str:
                 why.append("the adjusted interval includes 0")
             if not c.p_holm <= plan.alpha:
                 why.append(f"Holm p = {c.p_holm:.3g} > {plan.alpha:g}")
-        line = f"- {c.a} - {c.b} on `{c.label}`: **not resolved** ({'; '.join(why)})."
+            if np.isfinite(c.mdd):
+                why.append(f"detectable with 80% power: |a - b| >= {c.mdd:.3g}")
+        if "positive control failed" in c.reason:
+            why.append("the positive control failed" if c.verdict != INCONCLUSIVE else
+                       f"the positive control {plan.positive_control[0]} - {plan.positive_control[1]} was not "
+                       "resolved as predicted, so this study could not have shown the effect")
+        line = f"- {c.a} - {c.b} on `{c.label}`: **{c.verdict}** ({'; '.join(why)})."
     else:
         line = (f"- {c.a} - {c.b} on `{c.label}`: **resolved, {c.verdict}** (mean {c.mean:+.4g}, adjusted "
                 f"interval [{c.t_adj.low:+.4g}, {c.t_adj.high:+.4g}], Holm p = {c.p_holm:.3g}).")
@@ -303,6 +320,11 @@ def _ci_text(lo, hi, digits: int) -> str:
     return f"[{_signed(lo, digits)}, {_signed(hi, digits)}]"
 
 
+def _mdd_text(v, digits: int) -> str:
+    return "n/a" if v is None or not np.isfinite(v) else f"{v:.{digits}g}" if abs(v) < 1e-3 and v != 0 \
+        else f"{v:.{digits}f}"
+
+
 def _p_text(p) -> str:
     return "n/a" if p is None or not np.isfinite(p) else f"{p:.3g}"
 
@@ -330,6 +352,7 @@ def format_comparison_table(df: pd.DataFrame, declared: bool, alpha: float = 0.0
                             zip(df["perm_p"], df["perm_exact"], df["perm_n"])]
     if declared:
         out["Holm p"] = [_p_text(p) for p in df["holm_p"]]
+        out["80%-power MDD"] = [_mdd_text(v, digits) for v in df["mdd80"]]
         out["verdict"] = list(df["verdict"])
     return pd.DataFrame(out)
 

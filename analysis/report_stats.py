@@ -15,7 +15,13 @@ import numpy as np
 import pandas as pd
 
 from objbench.analysis import prereg
-from objbench.analysis.inference import MIN_BOOTSTRAP_N, Comparison, compare_declared, compare_exploratory
+from objbench.analysis.inference import (
+    MIN_BOOTSTRAP_N,
+    Comparison,
+    apply_positive_control,
+    compare_declared,
+    compare_exploratory,
+)
 from objbench.analysis.load import Runs
 from objbench.analysis.report_metrics import bucket_keys, final_metrics
 from objbench.analysis.tables import (
@@ -183,6 +189,8 @@ def shared_start(frame: pd.DataFrame, metric: str, tol: float = 1e-9) -> float |
 def _comparisons(runs: Runs, plan: prereg.Plan, n_resamples: int, seed: int, prov) -> Comparisons:
     declared_items, explore_items, endpoint_notes = comparison_items(runs, plan)
     declared = compare_declared(declared_items, plan.alpha, plan.min_seeds, n_resamples, seed) if plan.declared else []
+    if declared and plan.positive_control:  # declared rows are endpoint-major: the first endpoint's come first
+        declared = apply_positive_control(declared, plan.comparisons.index(plan.positive_control))
     explore = compare_exploratory(explore_items, plan.alpha, n_resamples, seed)
     p_cmp = prov(f"declared in the sweep spec: endpoints {', '.join(e.label() for e in plan.endpoints)}; "
                  f"comparisons a - b per seed; alpha {plan.alpha:g}, family of {plan.family_size}, Holm over the "
@@ -198,12 +206,16 @@ def _frame_for(runs: Runs, metric: str) -> pd.DataFrame:
 
 
 def _endpoint_values(runs: Runs, plan: prereg.Plan) -> tuple[dict, list[str]]:
-    """Per-run values of each endpoint of ``plan``, and notes on endpoints without values or with censored runs."""
+    """Per-run values of each endpoint of ``plan``, and notes: how many points each run's value was computed from
+    (windows over several points), endpoints without values, censored runs."""
     notes = []
     values = {}
+    ends = prereg.schedule_ends(runs.configs)
     for e in plan.endpoints:
         frame = _frame_for(runs, e.metric)
-        values[e] = prereg.per_run_values(frame, e.metric, e.window)
+        values[e] = prereg.per_run_values(frame, e.metric, e.window, ends)
+        if not values[e].empty and e.window.kind not in ("final", "reach"):
+            notes.append(prereg.points_note(values[e], e.label()))
         if values[e].empty:
             notes.append(f"endpoint `{e.metric}` has no value in any run (not logged, or its window "
                          f"{e.window.label()} is empty)")
@@ -247,7 +259,7 @@ def comparison_items(runs: Runs, plan: prereg.Plan) -> tuple[list[tuple], list[t
 
 
 _COMPARISON_COLUMNS = ["comparison", "endpoint", "a", "b", "n", "seeds", "d", "mean", "t_low", "t_high", "bca_low",
-                       "bca_high", "n_pos", "n_neg", "n_zero", "sign_p", "perm_p", "perm_n", "perm_exact"]
+                       "bca_high", "n_pos", "n_neg", "n_zero", "sign_p", "perm_p", "perm_n", "perm_exact", "mdd80"]
 _DECLARED_COLUMNS = ["adj_confidence", "t_adj_low", "t_adj_high", "bca_adj_low", "bca_adj_high", "holm_p", "verdict",
                      "reason", "underpowered"]
 
@@ -256,7 +268,8 @@ def comparison_table(comps: Sequence[Comparison], declared: bool) -> pd.DataFram
     """Numbers of :class:`Comparison` rows: one row each, every interval and test, the per-seed differences.
 
     Columns: comparison, endpoint, a, b, n, seeds, d (per-seed a - b, space-separated), mean, t_low, t_high,
-    bca_low, bca_high (n >= 10, else empty), n_pos, n_neg, n_zero, sign_p, perm_p, perm_n, perm_exact; declared
+    bca_low, bca_high (n >= 10, else empty), n_pos, n_neg, n_zero, sign_p, perm_p, perm_n, perm_exact, mdd80 (the
+    difference detectable with 80% power at the row's level: alpha / family size when declared); declared
     tables add adj_confidence, t_adj_low, t_adj_high, bca_adj_low, bca_adj_high, holm_p, verdict, reason,
     underpowered.
     """
@@ -267,7 +280,7 @@ def comparison_table(comps: Sequence[Comparison], declared: bool) -> pd.DataFram
              "t_low": c.t.low, "t_high": c.t.high,
              "bca_low": c.bca.low if c.bca else np.nan, "bca_high": c.bca.high if c.bca else np.nan,
              "n_pos": c.sign.n_pos, "n_neg": c.sign.n_neg, "n_zero": c.sign.n_zero, "sign_p": c.sign.p,
-             "perm_p": c.perm.p, "perm_n": c.perm.n_permutations, "perm_exact": c.perm.exact}
+             "perm_p": c.perm.p, "perm_n": c.perm.n_permutations, "perm_exact": c.perm.exact, "mdd80": c.mdd}
         if declared:
             r.update({"adj_confidence": c.t_adj.confidence, "t_adj_low": c.t_adj.low, "t_adj_high": c.t_adj.high,
                       "bca_adj_low": c.bca_adj.low if c.bca_adj else np.nan,

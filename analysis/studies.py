@@ -30,7 +30,8 @@ import numpy as np
 import pandas as pd
 
 from objbench.analysis.inference import compare_exploratory
-from objbench.analysis.prereg import STUDIES, Endpoint, Window, paired_differences, per_run_values
+from objbench.analysis.plots import LINE_STYLES
+from objbench.analysis.prereg import STUDIES, Endpoint, Window, paired_differences, per_run_values, schedule_ends
 from objbench.analysis.stats import mean_ci
 
 NEEDS_SAMPLES = frozenset({"length_bias"})
@@ -48,15 +49,15 @@ def _fmt(v, d=3):
 
 
 def per_run_window(runs, metric: str, lo: int | None, hi: int | None, last: int | None = None) -> pd.DataFrame:
-    """Mean of ``metric`` per run over steps [lo, hi], or over its last ``last`` steps. Columns run, arm, seed,
-    value."""
+    """Mean of ``metric`` per run over steps [lo, hi], or over the last ``last`` steps of its schedule. Columns
+    run, arm, seed, value."""
     m = runs.metrics
     m = m[m["metric"] == metric]
     if m.empty:
         return pd.DataFrame(columns=["run", "arm", "seed", "value"])
-    if last is not None:
-        top = m.groupby("run")["step"].transform("max")
-        m = m[m["step"] > top - last]
+    if last is not None:  # the last steps of each run's schedule (its last logged step where that is unknown)
+        top = m["run"].map(schedule_ends(runs.configs)).fillna(m.groupby("run")["step"].transform("max"))
+        m = m[(m["step"] > top - last) & (m["step"] <= top)]
     else:
         m = m[(m["step"] >= lo) & (m["step"] <= hi)]
     return m.groupby(["run", "arm", "seed"], as_index=False)["value"].mean()
@@ -103,7 +104,7 @@ def end_table(runs, metrics: list[str], n_resamples: int = 10_000) -> pd.DataFra
 
 def _endpoint_values(runs, e: Endpoint) -> pd.DataFrame:
     frame = runs.evals if e.metric in set(runs.eval_names) else runs.metrics
-    return per_run_values(frame, e.metric, e.window)
+    return per_run_values(frame, e.metric, e.window, schedule_ends(runs.configs))
 
 
 def paired_diff(runs, metric: str, a: str, b: str, change: bool = False, n_resamples: int = 10_000,
@@ -182,10 +183,19 @@ def _curves(runs, metric: str, smooth: int = 10) -> pd.DataFrame:
 
 
 def _colors(arms):
+    from objbench.analysis.plots import arm_colors
+
+    return arm_colors(arms)
+
+
+def _save(fig, out: Path, name: str, dpi: int) -> None:
+    """PNG and PDF (analysis.plots.save_figure), then free the pyplot figure."""
     import matplotlib.pyplot as plt
 
-    cmap = plt.get_cmap("tab10")
-    return {a: cmap(i % 10) for i, a in enumerate(arms)}
+    from objbench.analysis.plots import save_figure
+
+    save_figure(fig, out, name, dpi)
+    plt.close(fig)
 
 
 # ------------------------------------------------------------------------------------------------ length bias
@@ -231,8 +241,13 @@ def length_bias(runs, out: Path, dpi: int = 120, plan=None) -> list[str]:
         pr, n_decl = _undeclared(pr, plan)
         L += ["Paired by seed (same warm start, same prompts), end window (last 50 steps):", ""]
         L += _md_paired(pr, "a - b (tokens)", declared_left_out=n_decl) + [""]
-    fig, axes = plt.subplots(1, len(arms), figsize=(4.2 * len(arms), 3.6), sharey=True, squeeze=False)
-    for ax, arm in zip(axes[0], arms):
+    ncols = min(3, len(arms))
+    nrows = -(-len(arms) // ncols)
+    fig, axes = plt.subplots(nrows, ncols, figsize=(3.3 * ncols + 0.6, 2.8 * nrows + 0.6), sharey=True,
+                             squeeze=False)
+    for ax in axes.flat[len(arms):]:
+        ax.set_visible(False)
+    for ax, arm in zip(axes.flat, arms):
         for metric, style, lab in (("length/correct", "-", "correct"), ("length/incorrect", "--", "incorrect")):
             cv = _curves(runs, metric)
             cv = cv[cv["arm"] == arm]
@@ -241,12 +256,12 @@ def length_bias(runs, out: Path, dpi: int = 120, plan=None) -> list[str]:
         ax.set_xlabel("training step")
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
-    axes[0][0].set_ylabel("response length (tokens)")
+    for row in axes:
+        row[0].set_ylabel("response length (tokens)")
     fig.suptitle("Length of correct and incorrect responses over training (mean over seeds, 10-step rolling mean)",
                  fontsize=10)
     fig.tight_layout()
-    fig.savefig(out / "length_by_correctness.png", dpi=dpi)
-    plt.close(fig)
+    _save(fig, out, "length_by_correctness.png", dpi)
     L += ["![length by correctness](length_by_correctness.png)", ""]
     smp = read_samples(runs)
     if not smp.empty:
@@ -266,8 +281,7 @@ def length_bias(runs, out: Path, dpi: int = 120, plan=None) -> list[str]:
         axes[1].legend(fontsize=8)
         fig.suptitle("Accuracy against response length (lengths with >= 20 logged samples)", fontsize=10)
         fig.tight_layout()
-        fig.savefig(out / "acc_vs_length.png", dpi=dpi)
-        plt.close(fig)
+        _save(fig, out, "acc_vs_length.png", dpi)
         L += ["![accuracy against length](acc_vs_length.png)", "",
               f"From samples.jsonl: {int(smp['count'].sum())} logged responses "
               f"({int(smp.groupby('run')['count'].sum().iloc[0])} per run).", ""]
@@ -345,8 +359,7 @@ def difficulty_bias(runs, out: Path, dpi: int = 120, plan=None) -> list[str]:
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(out / "weight_vs_pass_rate.png", dpi=dpi)
-    plt.close(fig)
+    _save(fig, out, "weight_vs_pass_rate.png", dpi)
     L += ["![weight against pass rate](weight_vs_pass_rate.png)", ""]
     buckets = sorted({mm for mm in m["metric"].unique() if mm.startswith("reward/acc_d")})
     L += _bucket_curves(runs, out, buckets, arms, colors, dpi)
@@ -417,10 +430,11 @@ def _bucket_curves(runs, out: Path, buckets: list[str], arms, colors, dpi: int) 
         for i, metric in enumerate((b, sh)):
             ax = axes[i][j]
             c = _curves(runs, metric, smooth=20)
-            for arm in arms:
+            for k, arm in enumerate(arms):
                 cc = c[c["arm"] == arm] if not c.empty else c
                 if len(cc):
-                    ax.plot(cc["step"], cc["value"], color=colors[arm], lw=1.2, label=arm)
+                    ax.plot(cc["step"], cc["value"], color=colors[arm], lw=1.2, label=arm,
+                            ls=LINE_STYLES[k % len(LINE_STYLES)])
             ax.grid(alpha=0.3)
             ax.set_ylim(0, 1.02)
             if i == 0:
@@ -432,8 +446,7 @@ def _bucket_curves(runs, out: Path, buckets: list[str], arms, colors, dpi: int) 
     axes[0][0].legend(fontsize=7)
     fig.suptitle("Per bucket, mean over seeds (rolling mean of 20 steps per run)", fontsize=10)
     fig.tight_layout()
-    fig.savefig(out / "buckets.png", dpi=dpi)
-    plt.close(fig)
+    _save(fig, out, "buckets.png", dpi)
     return L + ["", "Also in [bucket_shares.csv](bucket_shares.csv).", "",
                 "![per-bucket accuracy and weight share](buckets.png)", ""]
 

@@ -123,7 +123,20 @@ def load_sweep(path: str | Path, out_dir: str | None = None, extra_overrides: li
         raise PluginError(f"{spec.path}: {e}") from None
     # absolute: Ray workers (and anything else) run elsewhere, and must write where sweep.json goes
     out = Path(os.path.abspath(os.path.expanduser(out_dir or spec.out_dir or "results/runs")))
-    return Sweep(spec, out, _expand(spec, out / spec.name, list(extra_overrides), check_device), plugins)
+    runs = _expand(spec, out / spec.name, list(extra_overrides), check_device)
+    _check_eval_windows(spec, runs)
+    return Sweep(spec, out, runs, plugins)
+
+
+def _check_eval_windows(spec: SweepSpec, runs: list[RunSpec]) -> None:
+    """Refuse (ConfigError) a declared endpoint on an evaluation metric whose window holds no evaluation in some
+    arm's schedule (analysis.prereg.eval_window_problems): it would give no value at all, after all the compute."""
+    from objbench.analysis.prereg import eval_window_problems, parse_plan
+
+    schedules = {r.arm: (r.cfg.train.steps, r.cfg.train.eval_every) for r in runs}
+    problems = eval_window_problems(parse_plan(spec.report or {}, spec.arm_labels), schedules)
+    if problems:
+        raise ConfigError(f"{spec.path}: " + "; ".join(problems))
 
 
 def _expand(spec: SweepSpec, sweep_dir: Path, extra_overrides: list[str], check_device: bool) -> list[RunSpec]:

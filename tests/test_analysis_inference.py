@@ -11,8 +11,11 @@ import scipy.stats
 from objbench.analysis.inference import (
     MIN_BOOTSTRAP_N,
     bca_interval,
+    INCONCLUSIVE,
+    apply_positive_control,
     compare_declared,
     compare_exploratory,
+    detectable_difference,
     holm,
     mean_interval,
     permutation_test,
@@ -149,6 +152,23 @@ def test_holm_four_p_values_by_hand():
         holm([1.5])
 
 
+# ------------------------------------------------------------------------------------------------ power
+def test_detectable_difference_by_hand_and_by_simulation():
+    # the shortcut (t_9(0.975) + t_9(0.8)) / sqrt(10) = (2.262157 + 0.883404) / 3.162278 = 0.994714 is close; the
+    # exact noncentral-t answer is a little larger: 0.99600
+    assert (2.262157 + 0.883404) / math.sqrt(10) == pytest.approx(0.994714, abs=1e-6)
+    assert detectable_difference(1.0, 10) == pytest.approx(0.99600, abs=2e-5)
+    assert detectable_difference(2.0, 10) == pytest.approx(2 * 0.99600, abs=4e-5)  # linear in sd
+    # a family of 6 (Bonferroni 0.05/6): t_9(1 - 0.05/12) = 3.5919, shortcut (3.5919 + 0.8834)/sqrt(10) = 1.4152
+    assert detectable_difference(1.0, 10, 0.05 / 6) == pytest.approx(1.3714, abs=1e-4)
+    assert detectable_difference(0.0, 10) == 0.0 and math.isnan(detectable_difference(1.0, 1))
+    # simulation: 40 000 studies of 10 normal differences with mean = the MDD reject at 0.05 in 80% of them
+    rng = np.random.default_rng(0)
+    x = rng.normal(0.99600, 1.0, size=(40_000, 10))
+    t = x.mean(axis=1) / (x.std(axis=1, ddof=1) / math.sqrt(10))
+    assert (np.abs(t) > 2.262157).mean() == pytest.approx(0.80, abs=0.006)  # binomial sd 0.002
+
+
 # ------------------------------------------------------------------------------------------------ verdicts
 def test_declared_three_seeds_cannot_be_resolved_and_says_why():
     # a large, consistent difference on 3 seeds: the Bonferroni t interval excludes 0, but the exact permutation p
@@ -158,8 +178,10 @@ def test_declared_three_seeds_cannot_be_resolved_and_says_why():
     assert c.verdict == "not resolved" and "smallest attainable permutation p is 0.25" in c.reason
     # t_2(0.975) = 4.3026527, s = 0.1, se = 0.1/sqrt(3): half-width 0.2484138
     assert c.t_adj.half_width == pytest.approx(4.3026527 * 0.1 / math.sqrt(3), rel=1e-6)
-    assert c.underpowered == ("underpowered: 3 seeds (fewer than min_seeds = 10); a difference of 0.248 "
-                              "(the t-interval half-width) could not be detected")
+    # 80% power at 0.05 (family of 1) with 3 seeds: 3.2640 sd, and sd = 0.1 here
+    assert c.mdd == pytest.approx(0.32640, abs=1e-5)
+    assert c.underpowered == ("underpowered: 3 seeds (fewer than min_seeds = 10); differences below 0.326 are "
+                              "detected with less than 80% power")
 
 
 def test_declared_interval_including_zero_is_not_resolved():
@@ -185,6 +207,25 @@ def test_declared_family_holm_and_resolution():
     assert rows[2].verdict == "not resolved" and math.isnan(rows[2].p_holm) and "0 paired seed" in rows[2].reason
     ex = compare_exploratory([("a", "b", "m", range(12), strong)])[0]
     assert ex.verdict is None and ex.p_holm is None and ex.m == 1
+
+
+def test_a_failed_positive_control_makes_the_unresolved_comparisons_inconclusive():
+    rng = np.random.default_rng(1)
+    strong, null = list(1.0 + 0.1 * rng.standard_normal(12)), list(0.1 * rng.standard_normal(12))
+    rows = compare_declared([("ctl", "b", "m", range(12), null), ("x", "b", "m", range(12), null),
+                             ("y", "b", "m", range(12), strong)], alpha=0.05)
+    out = apply_positive_control(rows, 0)
+    assert out[0].verdict == "not resolved" and "the positive control failed" in out[0].reason
+    assert out[1].verdict == INCONCLUSIVE == "inconclusive (positive control failed)"
+    assert "positive control failed: ctl - b on m is not resolved" in out[1].reason
+    assert out[2].verdict == "y > b"  # a resolved difference stays resolved
+    # a control that resolves as predicted changes nothing
+    rows = compare_declared([("ctl", "b", "m", range(12), strong), ("x", "b", "m", range(12), null)], alpha=0.05)
+    assert apply_positive_control(rows, 0) == rows
+    # one resolved the other way round is a failure too
+    neg = [-v for v in strong]
+    rows = compare_declared([("ctl", "b", "m", range(12), neg), ("x", "b", "m", range(12), null)], alpha=0.05)
+    assert rows[0].verdict == "ctl < b" and apply_positive_control(rows, 0)[1].verdict == INCONCLUSIVE
 
 
 # ------------------------------------------------------------------------------------------------ coverage (slow)

@@ -14,10 +14,13 @@ from objbench.analysis.prereg import (
     Endpoint,
     Window,
     check_report_spec,
+    eval_window_problems,
     paired_differences,
     parse_plan,
     parse_window,
     per_run_values,
+    points_note,
+    schedule_ends,
 )
 
 REPO = Path(__file__).resolve().parent.parent
@@ -39,11 +42,12 @@ def values(window):
 
 def test_windows_by_hand():
     assert values("final") == {"a__s0": 4.0, "a__s1": 10.0, "b__s0": 1.0}
-    # last 2 points: (3 + 4)/2, (2 + 10)/2
-    assert values({"last": 2}) == {"a__s0": 3.5, "a__s1": 6.0, "b__s0": 1.0}
-    assert values("last:2") == values({"last": 2})
-    # the start policy (step 0) is never part of "last K": last 9 = the 4 training points
-    assert values({"last": 9})["a__s0"] == pytest.approx(2.5)
+    # the last 20 steps (21-40) hold the points at 30 and 40: (3 + 4)/2, (2 + 10)/2; the last 2 steps only 40
+    assert values({"last": 20}) == {"a__s0": 3.5, "a__s1": 6.0, "b__s0": 1.0}
+    assert values("last:20") == values({"last": 20})
+    assert values({"last": 2}) == values("final")
+    # the start policy (step 0) is never part of "last K": the last 90 steps = the 4 training points
+    assert values({"last": 90})["a__s0"] == pytest.approx(2.5)
     # steps 10-20: (1 + 2)/2, (2 + 2)/2
     assert values({"steps": [10, 20]}) == {"a__s0": 1.5, "a__s1": 2.0, "b__s0": 1.0}
     # AUC over steps 0..40 / 40: a__s0 is the line 0 -> 4, mean height 2; a__s1: trapezoids
@@ -62,11 +66,38 @@ def test_windows_by_hand():
     assert per_run_values(curve_frame(), "m", {"steps": [100, 200]}).empty  # empty windows drop the run
 
 
+def test_last_window_counts_steps_of_the_schedule_not_logged_points():
+    """A run that stops logging a metric (issue 31: a collapsed run's metric is missing after step ~350): its
+    ``last: K`` window is the last K steps of its schedule, it contributes the points it has there, and the note
+    says how many; where it has none it drops out, instead of reaching back to older points."""
+    rows = []
+    for step in range(1, 11):  # schedule of 10 steps; a__s1 logs m at steps 1-6 and 9 only
+        for run, v in (("a__s0", float(step)), ("a__s1", 100.0 + step)):
+            if run == "a__s1" and step in (7, 8, 10):
+                continue
+            rows.append({"run": run, "arm": "a", "seed": int(run[-1]), "step": step, "metric": "m", "value": v})
+    frame = pd.DataFrame(rows)
+    configs = pd.DataFrame({"run": ["a__s0", "a__s1"], "train.steps": [10, 10]})
+    ends = schedule_ends(configs)
+    assert ends == {"a__s0": 10, "a__s1": 10}
+    v = per_run_values(frame, "m", {"last": 4}, ends).set_index("run")
+    # steps 7-10: a__s0 (7 + 8 + 9 + 10)/4 = 8.5 from 4 points; a__s1 only step 9: 109 from 1 point
+    assert v.loc["a__s0", "value"] == 8.5 and v.loc["a__s0", "points"] == 4
+    assert v.loc["a__s1", "value"] == 109.0 and v.loc["a__s1", "points"] == 1
+    # counting points instead would have averaged a__s1's steps 4, 5, 6, 9: (104 + 105 + 106 + 109)/4 = 106
+    # without a schedule the window ends at the run's last point (step 9 for a__s1: steps 6-9 -> (106 + 109)/2)
+    assert per_run_values(frame, "m", {"last": 4}).set_index("run").loc["a__s1", "value"] == 107.5
+    # the last step (10) holds no point of a__s1: it drops out
+    assert list(per_run_values(frame, "m", {"last": 1}, ends)["run"]) == ["a__s0"]
+    note = points_note(per_run_values(frame, "m", {"last": 4}, ends), "m (last 4)")
+    assert note == "`m (last 4)`: points per run 4 (1 run); fewer than half: a__s1 1"
+
+
 def test_window_forms_and_errors():
     assert parse_window(None) == Window("final")
     w = parse_window({"from": {"steps": [1, 20]}, "to": {"last": 50}})
     assert w.label() == "last 50 - steps 1-20" and parse_window(w.to_spec()) == w
-    assert "last 50 points" in w.describe()
+    assert "last 50 steps" in w.describe()
     r = parse_window({"reach": 0.8})
     assert r.label() == "steps to 0.8" and parse_window(r.to_spec()) == r and "censored" in r.describe()
     for bad in ("mean", {"last": 0}, {"last": "x"}, {"steps": [5, 1]}, {"steps": [1]}, {"first": 3},
@@ -98,6 +129,10 @@ def test_plan_keys_defaults_and_baseline():
     p = parse_plan({"primary": "eval/acc", "endpoints": ["m1", {"metric": "m2", "window": {"last": 5}}],
                     "comparisons": [["dapo", "grpo"]]}, arms)
     assert [e.label() for e in p.endpoints] == ["m1 (final)", "m2 (last 5)"] and p.family_size == 2
+    p = parse_plan({"primary": "m", "comparisons": [["dapo", "grpo"], ["gspo", "grpo"]],
+                    "positive_control": ["gspo", "grpo"]}, arms)
+    assert p.positive_control == ("gspo", "grpo") and p.to_spec()["positive_control"] == ["gspo", "grpo"]
+    assert parse_plan(p.to_spec(), arms) == p
 
 
 @pytest.mark.parametrize("section,needle", [
@@ -113,6 +148,8 @@ def test_plan_keys_defaults_and_baseline():
     ({"endpoints": [{"metric": "m", "windw": "final"}]}, "endpoints"),
     ({"primary": "m", "window": "bogus"}, "window"),
     ({"comparison": [["grpo", "dapo"]]}, "unknown report key"),
+    ({"comparisons": [["grpo", "dapo"]], "primary": "m", "positive_control": ["dapo", "grpo"]}, "positive_control"),
+    ({"comparisons": [["grpo", "dapo"]], "primary": "m", "positive_control": "grpo"}, "positive_control"),
 ])
 def test_plan_errors_name_the_key(section, needle):
     with pytest.raises(ValueError, match=needle):
@@ -145,3 +182,31 @@ def test_check_report_spec_rejects_unknown_study():
         check_report_spec({"study": "nope"}, ["a"])
     check_report_spec(None, ["a"])
     check_report_spec({"primary": "eval/acc", "study": "length_bias"}, ["a"])
+
+
+def test_an_eval_window_that_holds_no_evaluation_is_named():
+    """Evaluations at step 0, every E steps and the last step: 100 steps with E = 40 evaluate at 0, 40, 80, 100."""
+    plan = parse_plan({"endpoints": [{"metric": "eval/pass@1", "window": {"steps": [41, 79]}},
+                                     {"metric": "eval/pass@1", "window": {"last": 10}},  # holds step 100
+                                     {"metric": "eval/acc", "window": {"from": {"steps": [1, 39]}, "to": "final"}},
+                                     {"metric": "reward/acc", "window": {"steps": [41, 79]}}],  # logged every step
+                       "comparisons": [["a", "b"]]}, ["a", "b"])
+    problems = eval_window_problems(plan, {"a": (100, 40), "b": (100, 20)})
+    tail = "holds no evaluation in arm 'a': it evaluates at step 0, every 40 steps and at its last step 100"
+    assert problems == [f"endpoint eval/pass@1 (steps 41-79) {tail}", f"endpoint eval/acc (final - steps 1-39) {tail}"]
+    assert eval_window_problems(plan, {"b": (100, 20)}) == []  # 60, 20 lie inside both windows
+
+
+def test_a_sweep_whose_eval_window_holds_no_evaluation_is_refused_before_any_run(tmp_path):
+    from objbench.experiments.config import ConfigError
+    from objbench.experiments.sweep import load_sweep
+
+    spec = tmp_path / "s.yaml"
+    spec.write_text(yaml.safe_dump({
+        "name": "w", "seeds": 1, "set": {"train.steps": 30, "train.eval_every": 20},
+        "arms": ["grpo", "dapo"],
+        "report": {"endpoints": [{"metric": "eval/pass@1", "window": {"steps": [1, 10]}}],
+                   "comparisons": [["dapo", "grpo"]]}}))
+    with pytest.raises(ConfigError, match=r"eval/pass@1 \(steps 1-10\) holds no evaluation in arm 'grpo'"):
+        load_sweep(spec, out_dir=str(tmp_path / "out"))
+    assert not (tmp_path / "out").exists()

@@ -325,8 +325,9 @@ def test_declared_comparisons_get_verdicts_and_others_do_not(tmp_path):
     assert len(d) == 3 and cmp["mean"].iloc[0] == pytest.approx(np.mean(d))
     assert "- With 3 seeds the smallest attainable exact permutation p is 2/2^3 = 0.25" in md
     assert "- ppo - grpo on `eval/acc (final)`: **not resolved** (" in md
-    assert "Underpowered: 3 seeds (fewer than min_seeds = 10); a difference of" in md
-    assert "could not be detected" in md and "adjusted 97.5% CI (t)" in md
+    assert "Underpowered: 3 seeds (fewer than min_seeds = 10); differences below" in md
+    assert "80%-power MDD" in md and np.isfinite(cmp["mdd80"]).all()
+    assert "detected with less than 80% power" in md and "adjusted 97.5% CI (t)" in md
     # the pair nobody declared is exploratory, labelled, without a verdict
     ex = pd.read_csv(out / "exploratory.csv")
     assert list(ex["comparison"]) == ["ppo - dapo"] and "verdict" not in ex.columns and "holm_p" not in ex.columns
