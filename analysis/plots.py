@@ -20,7 +20,7 @@ import matplotlib
 import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
-from matplotlib.ticker import EngFormatter
+from matplotlib.ticker import EngFormatter, MaxNLocator
 from matplotlib.transforms import ScaledTranslation
 
 __all__ = [
@@ -382,4 +382,6 @@ def _draw_paired(ax, rows: pd.DataFrame, colors: Mapping[str, tuple], labels: bo
     ax.set_yticks(range(k), list(reversed(list(rows["comparison"]))) if labels else [""] * k, fontsize="small")
     ax.set_ylim(-0.6, k - 0.4)
     ax.set_xlabel("a - b, per seed", fontsize="small")
+    ax.xaxis.set_major_locator(MaxNLocator(nbins=5))  # long tick labels (-0.00125) must not run together
+    ax.tick_params(axis="x", labelsize="small")
     ax.grid(True, axis="x", alpha=0.3)
