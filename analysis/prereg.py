@@ -90,11 +90,12 @@ class Window:
     level: float | None = None
 
     def label(self) -> str:
-        """Short words for tables: ``final``, ``last 50``, ``steps 1-20``, ``auc``, ``std``, ``last 50 - steps 1-20``."""
+        """Short words for tables: ``final``, ``last 50``, ``steps 1-20``, ``step 0``, ``auc``, ``std``,
+        ``last 50 - steps 1-20``."""
         if self.kind == "last":
             return f"last {self.k}"
         if self.kind == "steps":
-            return f"steps {self.lo}-{self.hi}"
+            return f"step {self.lo}" if self.lo == self.hi else f"steps {self.lo}-{self.hi}"
         if self.kind == "change":
             return f"{self.end.label()} - {self.start.label()}"
         if self.kind == "reach":

@@ -97,6 +97,7 @@ def test_window_forms_and_errors():
     assert parse_window(None) == Window("final")
     w = parse_window({"from": {"steps": [1, 20]}, "to": {"last": 50}})
     assert w.label() == "last 50 - steps 1-20" and parse_window(w.to_spec()) == w
+    assert parse_window({"from": {"steps": [0, 0]}, "to": "final"}).label() == "final - step 0"
     assert "last 50 steps" in w.describe()
     r = parse_window({"reach": 0.8})
     assert r.label() == "steps to 0.8" and parse_window(r.to_spec()) == r and "censored" in r.describe()
