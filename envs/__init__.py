@@ -4,6 +4,7 @@
     task = make_task("dataset", path="train.jsonl", format="gsm8k", eval_path="test.jsonl")
     task = make_task("mixture", components=[{"name": "arithmetic", "ops": "+"}, {"name": "countdown"}])
     task = make_task("reasoning_gym", dataset="basic_arithmetic", dataset_args={"max_terms": 3})
+    task = make_task("scratchpad", max_digits=4, filler_max=16)   # long responses: addition worked digit by digit
     spec = task_spec(task)            # plain dict of every resolved setting, for a run's config.yaml
     same = make_task(**spec)          # rebuilds an equal task
 
@@ -24,6 +25,7 @@ from .mathcheck import MathVerdict, check_answer, extract_answer
 from .mixture import MixtureConfig, MixtureTask
 from .reasoning_gym import ReasoningGymConfig, ReasoningGymTask
 from .safe_eval import SafeEvalLimits, SafeEvalResult, safe_eval
+from .scratchpad import ScratchpadConfig, ScratchpadTask
 from .tokenizer import (
     BOS_ID,
     BOS_TOKEN,
@@ -58,6 +60,7 @@ register_task("countdown", CountdownConfig, CountdownTask)
 register_task("dataset", DatasetConfig, DatasetTask)
 register_task("mixture", MixtureConfig, MixtureTask)
 register_task("reasoning_gym", ReasoningGymConfig, ReasoningGymTask)  # needs reasoning-gym when a task is made
+register_task("scratchpad", ScratchpadConfig, ScratchpadTask)
 
 
 def task_names() -> tuple[str, ...]:
@@ -122,6 +125,8 @@ __all__ = [
     "RewardResult",
     "SafeEvalLimits",
     "SafeEvalResult",
+    "ScratchpadConfig",
+    "ScratchpadTask",
     "TASKS",
     "Task",
     "build_char_tokenizer",

@@ -9,8 +9,8 @@ from objbench.envs.arithmetic import ArithmeticConfig, ArithmeticTask
 
 
 def test_names():
-    assert task_names() == ("arithmetic", "countdown", "dataset", "mixture", "reasoning_gym")
-    assert sorted(envs.TASKS) == ["arithmetic", "countdown", "dataset", "mixture", "reasoning_gym"]
+    assert task_names() == ("arithmetic", "countdown", "dataset", "mixture", "reasoning_gym", "scratchpad")
+    assert sorted(envs.TASKS) == ["arithmetic", "countdown", "dataset", "mixture", "reasoning_gym", "scratchpad"]
 
 
 def test_unknown_task_lists_valid_names():
