@@ -164,8 +164,20 @@ def warm_start_modules(task) -> tuple:
     from objbench.rollout import bundle, decode, engine, fastlm, generation, models, scoring, sft
 
     masks = inspect.getmodule(row_counts)  # algos/_checks.py: the mask helpers that entropy uses
-    return (sft, models, scoring, fastlm, engine, generation, bundle, decode, entropy, masks, base, tokenizer,
-            inspect.getmodule(type(task)), sys.modules[__name__])
+    hashed = (sft, models, scoring, fastlm, engine, generation, bundle, decode, entropy, masks, base, tokenizer,
+              inspect.getmodule(type(task)), sys.modules[__name__])
+    return hashed + _task_dependencies(task, hashed)
+
+
+def _task_dependencies(task, hashed: tuple) -> tuple:
+    """envs modules whose code the task's module uses (the scratchpad task draws its problems through the
+    arithmetic task's module), in name order, leaving out those already hashed."""
+    import inspect
+
+    own = inspect.getmodule(type(task))
+    deps = {inspect.getmodule(v) for v in vars(own).values()
+            if str(getattr(v, "__module__", "")).startswith("objbench.envs.")}
+    return tuple(sorted((m for m in deps if m is not None and m not in hashed), key=lambda m: m.__name__))
 
 
 def warm_start_code(task) -> str:

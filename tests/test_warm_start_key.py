@@ -82,3 +82,14 @@ def test_the_default_key_is_deterministic_and_covers_the_task_module():
     task = build_task(load_config(None, []))
     assert warmstart.warm_start_code(task) == warmstart.warm_start_code(task)
     assert inspect.getmodule(type(task)) in warmstart.warm_start_modules(task)
+
+
+def test_a_task_that_draws_on_another_tasks_module_hashes_it_too():
+    """The scratchpad task makes its problems with the arithmetic task's code: an edit there must retrain its warm
+    start. The default task's module list is unchanged by the rule (its only envs import, base, is hashed already)."""
+    from objbench.envs import arithmetic, make_task, scratchpad
+
+    mods = warmstart.warm_start_modules(make_task("scratchpad"))
+    assert scratchpad in mods and arithmetic in mods
+    default = warmstart.warm_start_modules(build_task(load_config(None, [])))
+    assert default[-2:] == (arithmetic, warmstart) and len(default) == len(set(default)) == 14
