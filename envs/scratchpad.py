@@ -16,6 +16,11 @@ A d-digit problem's reference completion has 10d characters before the filler, 1
 20-21 tokens, 4 digits: 40-41), so responses are 20-80 tokens long with filler, against ~3.6 in the arithmetic
 task.
 
+With ``verdict=True`` the policy ends its answer with "/", the environment appends "+" (the scratchpad is well
+formed and its answer right) or "-", and the policy goes on with the filler and <eos>: "...#231/+..". As in the
+arithmetic task's verdict, the environment's character is not the policy's (the training loop keeps it out of the
+loss): the length-bias study's positive control, where correctness is visible when the length is picked.
+
 Verifier: the completion must have the grammar above (one or more steps of the form "x+y+c=s" with single digits x,
 y, a carry 0 or 1 and a two-digit s, separated by single spaces; "#"; digits; filler); it is correct when the
 answer equals the reference. The steps are the policy's working: their content is not checked, and their number is
@@ -50,6 +55,8 @@ from .base import (
 STEP_SEPARATOR = " "
 ANSWER_MARK = "#"
 FILLER = "."
+VERDICT_MARK = "/"                   # the policy ends its answer with it (verdict=True)
+VERDICTS = {True: "+", False: "-"}   # what the environment appends: right / wrong
 _STEP = r"[0-9]\+[0-9]\+[01]=[0-9]{2}"
 
 
@@ -75,6 +82,9 @@ class ScratchpadConfig:
     """Eval-set problems per difficulty."""
     max_completion_chars: int = DEFAULT_MAX_COMPLETION_CHARS
     """Completions longer than this are malformed without being examined further."""
+    verdict: bool = False
+    """The environment writes "+" / "-" after the policy's "/" that ends its answer, before the filler (module
+    docstring); needs filler_max > 0."""
 
     def __post_init__(self) -> None:
         check_int("max_digits", self.max_digits, low=1, high=9)
@@ -91,6 +101,11 @@ class ScratchpadConfig:
         check_int("holdout_modulus", self.holdout_modulus, low=2, high=1_000_000)
         check_int("eval_per_difficulty", self.eval_per_difficulty, low=1, high=100_000)
         check_int("max_completion_chars", self.max_completion_chars, low=1, high=100_000)
+        if not isinstance(self.verdict, bool):
+            raise ValueError(f"verdict must be a bool, got {self.verdict!r}")
+        if self.verdict and self.filler_max == 0:
+            raise ValueError("verdict needs filler_max > 0: it tells the policy whether its answer is right before "
+                             "it writes the filler")
         if reference_length(self.max_digits) + self.filler_max > self.max_completion_chars:
             raise ValueError(f"max_completion_chars={self.max_completion_chars} is shorter than the longest "
                              f"reference completion ({reference_length(self.max_digits) + self.filler_max} chars)")
@@ -126,9 +141,10 @@ class ScratchpadTask(Task):
         self._problems = ArithmeticTask(ArithmeticConfig(
             max_digits=cfg.max_digits, ops=("+",), difficulty_weights=cfg.difficulty_weights,
             holdout_modulus=cfg.holdout_modulus, eval_per_difficulty=cfg.eval_per_difficulty))
-        pattern = rf"(?P<pad>{_STEP}(?:{re.escape(STEP_SEPARATOR)}{_STEP})*){re.escape(ANSWER_MARK)}" \
-                  rf"(?P<answer>[0-9]+)(?P<filler>{re.escape(FILLER)}{{0,{cfg.filler_max}}})"
-        self._completion_re = re.compile(pattern)
+        worked = rf"(?P<pad>{_STEP}(?:{re.escape(STEP_SEPARATOR)}{_STEP})*){re.escape(ANSWER_MARK)}(?P<answer>[0-9]+)"
+        verdict = re.escape(VERDICT_MARK) + "[%s]" % re.escape("".join(VERDICTS.values())) if cfg.verdict else ""
+        self._worked_re = re.compile(worked)
+        self._completion_re = re.compile(worked + verdict + rf"(?P<filler>{re.escape(FILLER)}{{0,{cfg.filler_max}}})")
 
     def __repr__(self) -> str:
         return f"ScratchpadTask({self.config!r})"
@@ -166,7 +182,33 @@ class ScratchpadTask(Task):
         a, b = problem.operands
         steps, answer = scratchpad(a, b, problem.difficulty)
         n = rng.randint(0, self.config.filler_demo_max)
-        return STEP_SEPARATOR.join(steps) + ANSWER_MARK + answer + FILLER * n
+        verdict = VERDICT_MARK + VERDICTS[True] if self.config.verdict else ""
+        return STEP_SEPARATOR.join(steps) + ANSWER_MARK + answer + verdict + FILLER * n
+
+    # ------------------------------------------------------------------- the verdict (verdict=True only)
+
+    @property
+    def interjection_marker(self) -> str | None:
+        """The text that ends the policy's first part; the environment then appends interjection(...)."""
+        return VERDICT_MARK if self.config.verdict else None
+
+    def interjection_window(self) -> int:
+        """The most tokens of the first part, marker included."""
+        return reference_length(self.config.max_digits) + 1
+
+    def interjection(self, problem: Problem, first_part: str) -> str:
+        """The verdict on a first part ending in the marker: "+" when it is a well-formed scratchpad whose answer
+        is right, else "-"."""
+        m = self._worked_re.fullmatch(first_part[:-1]) if first_part.endswith(VERDICT_MARK) else None
+        return VERDICTS[m is not None and m.group("answer") == problem.answer]
+
+    def relabel(self, problem: Problem, text: str) -> str:
+        """A demonstration whose digits were altered (noisy warm start) with the verdict the environment would
+        write for it; unchanged without a verdict."""
+        i = text.find(VERDICT_MARK)
+        if not self.config.verdict or i < 0 or i + 1 >= len(text):
+            return text
+        return text[:i + 1] + self.interjection(problem, text[:i + 1]) + text[i + 2:]
 
     def filler_length(self, completion: str) -> int | None:
         """Filler characters of a well-formed completion; None when it is malformed."""
@@ -179,7 +221,8 @@ class ScratchpadTask(Task):
         return None if m is None else m.group("pad").count(STEP_SEPARATOR) + 1
 
     def max_response_len(self) -> int:
-        return reference_length(self.config.max_digits) + self.config.filler_max + 1  # + <eos>
+        verdict = 2 if self.config.verdict else 0  # "/" and the verdict
+        return reference_length(self.config.max_digits) + verdict + self.config.filler_max + 1  # + <eos>
 
     def max_prompt_len(self) -> int:
         return 2 * self.config.max_digits + 2

@@ -31,7 +31,7 @@ def test_every_reference_completion_is_correct_and_its_answer_is_the_arithmetic_
     for p in t.prompts(0, 0, 300) + t.eval_set():
         target = t.sft_target(p, rng)
         assert t.reward(p, target).correct and t.reward(p, target).reward == 1.0
-        steps, answer = scratchpad(*p.operands, p.difficulty)
+        _, answer = scratchpad(*p.operands, p.difficulty)
         assert answer == p.answer == str(sum(p.operands))[::-1]
         assert len(target) + 1 <= t.max_response_len() and t.scratchpad_steps(target) == p.difficulty
         assert 0 <= t.filler_length(target) <= t.config.filler_demo_max
@@ -67,6 +67,25 @@ def test_truncated_is_never_correct_and_non_text_is_malformed():
     assert t.scratchpad_steps("7+5+0=12 4+8+1=13 0+0+1=01#231") == 3 and t.scratchpad_steps("nope") is None
 
 
+def test_the_verdict_follows_the_answer_and_the_grammar():
+    t = ScratchpadTask(ScratchpadConfig(verdict=True, filler_max=8))
+    p = t.make_problem(47, 85)
+    assert t.interjection_marker == "/" and ScratchpadTask().interjection_marker is None
+    assert t.sft_target(p, random.Random(0)).startswith("7+5+0=12 4+8+1=13#231/+")
+    assert t.interjection(p, "7+5+0=12 4+8+1=13#231/") == "+"
+    assert t.interjection(p, "7+5+0=12 4+8+1=13#232/") == "-"      # wrong answer
+    assert t.interjection(p, "7+5+0=12 4+8+1=13231/") == "-"       # no "#": not a scratchpad
+    assert t.interjection(p, "7+5+0=12#231") == "-"                 # no marker
+    # a noisy demonstration's verdict is rewritten to match its (altered) answer; an altered step keeps "+"
+    assert t.relabel(p, "7+5+0=12 4+8+1=13#232/+..") == "7+5+0=12 4+8+1=13#232/-.."
+    assert t.relabel(p, "7+5+0=19 4+8+1=13#231/+..") == "7+5+0=19 4+8+1=13#231/+.."
+    r = t.reward(p, "7+5+0=12 4+8+1=13#231/+...")
+    assert r.correct and t.filler_length("7+5+0=12 4+8+1=13#231/+...") == 3
+    assert t.reward(p, "7+5+0=12 4+8+1=13#231...").malformed  # the verdict is part of the grammar
+    # budget: the first part is at most 10d + 1 characters plus the marker; then the verdict, filler and <eos>
+    assert t.interjection_window() == 42 and t.max_response_len() == 41 + 2 + 8 + 1
+
+
 def test_problems_and_held_out_set_are_the_arithmetic_tasks():
     t = ScratchpadTask(ScratchpadConfig(max_digits=3, difficulty_weights={2: 1, 3: 1}))
     a = ArithmeticTask(ArithmeticConfig(max_digits=3, ops="+", difficulty_weights={2: 1, 3: 1}))
@@ -85,6 +104,8 @@ def test_problems_and_held_out_set_are_the_arithmetic_tasks():
     ({"filler_max": -1}, "filler_max"),
     ({"format_reward": 1.0}, "format_reward"),
     ({"max_completion_chars": 10}, "max_completion_chars"),
+    ({"verdict": True, "filler_max": 0, "filler_demo_max": 0}, "verdict needs filler_max"),
+    ({"verdict": "yes"}, "verdict must be a bool"),
 ])
 def test_bad_settings_name_the_field(kwargs, needle):
     with pytest.raises(ValueError, match=needle):
@@ -119,3 +140,20 @@ def test_a_model_folder_with_a_bpe_tokenizer_runs_the_task(tmp_path, monkeypatch
     assert rc == 0
     rows = [json.loads(x) for x in (out / "b" / "metrics.jsonl").read_text().splitlines()]
     assert len(rows) == 2 and all("length/filler_correct" in r for r in rows)
+
+
+def test_a_short_run_with_the_verdict_interjects_it(tmp_path):
+    import re
+
+    from objbench.experiments.config import load_config
+    from objbench.experiments.train import train
+
+    cfg = load_config(None, ["task.name=scratchpad", "task.max_digits=1", "task.difficulty_weights={1: 1}",
+                             "task.filler_max=4", "task.verdict=true", "sft.steps=150", "train.steps=2",
+                             "train.eval_every=2", "train.eval_samples=2", "rollout.completions_per_step=16",
+                             "train.log_samples=16", f"out_dir={tmp_path}", "name=v"])
+    run = train(cfg, progress=False)
+    texts = [json.loads(x)["response"] for x in (run / "samples.jsonl").read_text().splitlines()]
+    marked = [t for t in texts if "/" in t]
+    assert marked, texts  # 150 warm-start steps teach the marker
+    assert all(re.search(r"/[+-]", t) for t in marked)  # the environment's verdict follows every marker
