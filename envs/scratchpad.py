@@ -27,8 +27,11 @@ answer equals the reference. The steps are the policy's working: their content i
 free (a policy may write more steps than digits, or fewer), so response length can drift in the scratchpad as well
 as in the filler. Truncated completions (no <eos> within max_response_len) are never correct: with the longest
 reference completion as the budget, a policy that writes extra steps runs out of room, which is how a runaway
-response shows (rollout/trunc_frac). Problems, the held-out rule and the eval set are the arithmetic task's for
-op "+" (the same problems are held out in both tasks).
+response shows (rollout/trunc_frac). Problems and the held-out rule are the arithmetic task's for op "+" (the same
+problems are held out in both tasks); the eval set is the arithmetic task's for the trained difficulties only
+(difficulties with positive weight): in a pilot the tiny model never answered an untrained 1-digit problem in the
+scratchpad form (greedy 0/24) while it solved every held-out 2-4-digit one, so untrained difficulties would only
+put a constant floor under every eval metric.
 """
 
 from __future__ import annotations
@@ -65,7 +68,7 @@ class ScratchpadConfig:
     """Settings of the scratchpad task (lists and dicts are accepted and stored as tuples)."""
 
     max_digits: int = 4
-    """Largest difficulty (operand digits); the eval set covers 1..max_digits."""
+    """Largest difficulty (operand digits)."""
     difficulty_weights: tuple[tuple[int, float], ...] = ((2, 1 / 3), (3, 1 / 3), (4, 1 / 3))
     """Training mixture over difficulties (forms as in the arithmetic task); the default keeps every reference
     completion >= 21 tokens."""
@@ -137,7 +140,7 @@ class ScratchpadTask(Task):
 
     def __init__(self, config: ScratchpadConfig | None = None) -> None:
         self.config = cfg = config if config is not None else ScratchpadConfig()
-        self.difficulties = tuple(range(1, cfg.max_digits + 1))
+        self.difficulties = tuple(d for d, w in cfg.difficulty_weights if w > 0)  # trained and evaluated
         self._problems = ArithmeticTask(ArithmeticConfig(
             max_digits=cfg.max_digits, ops=("+",), difficulty_weights=cfg.difficulty_weights,
             holdout_modulus=cfg.holdout_modulus, eval_per_difficulty=cfg.eval_per_difficulty))
@@ -156,7 +159,7 @@ class ScratchpadTask(Task):
         return self._own(self._problems.problem_at(seed, index))
 
     def eval_set(self) -> list[Problem]:
-        return [self._own(p) for p in self._problems.eval_set()]
+        return [self._own(p) for p in self._problems.eval_set() if p.difficulty in self.difficulties]
 
     def is_held_out(self, problem: Problem) -> bool:
         return self._problems.is_held_out(problem)

@@ -92,9 +92,11 @@ def test_problems_and_held_out_set_are_the_arithmetic_tasks():
     ours, theirs = t.prompts(3, 0, 50), a.prompts(3, 0, 50)
     assert [p.prompt for p in ours] == [p.prompt for p in theirs]
     assert all(p.uid.startswith("scratchpad:train:3:") for p in ours)
-    assert [p.prompt for p in t.eval_set()] == [p.prompt for p in a.eval_set()]
+    # the eval set: the arithmetic task's held-out problems of the trained difficulties (2 and 3), in its order
+    assert [p.prompt for p in t.eval_set()] == [p.prompt for p in a.eval_set() if p.difficulty > 1]
+    assert {p.difficulty for p in t.eval_set()} == {2, 3} and len(t.eval_set()) == 48
     assert all(t.is_held_out(p) for p in t.eval_set()) and not any(t.is_held_out(p) for p in ours)
-    assert t.difficulties == (1, 2, 3)
+    assert t.difficulties == (2, 3)
 
 
 @pytest.mark.parametrize("kwargs,needle", [
