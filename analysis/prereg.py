@@ -31,6 +31,8 @@ run has later points, except ``auc`` (the area starts at the start policy) and a
   points each run contributed); one with none there is left out of the comparison. For an evaluation metric
   logged every E steps the window holds the evaluations inside it (``last: 50`` with E = 10: five).
 - ``{steps: [lo, hi]}``: mean of the points with lo <= step <= hi.
+- ``{last: K, stat: median}`` / ``{steps: [lo, hi], stat: median}``: the median of the same points instead of
+  their mean (a heavy-tailed per-step metric such as policy/approx_kl, whose mean a few steps dominate).
 - ``auc``: area under the curve over steps (trapezoid rule) divided by the step span, i.e. the curve's mean
   height; one point: its value.
 - ``std``: standard deviation (ddof 1) over the points (e.g. the stability of the gradient norm).
@@ -46,6 +48,7 @@ The Holm family is every (endpoint, comparison) pair; a report gives verdicts fo
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any, Sequence
 
@@ -83,6 +86,7 @@ class Window:
 
     kind: str
     k: int | None = None
+    stat: str = "mean"
     lo: int | None = None
     hi: int | None = None
     start: "Window | None" = None
@@ -92,10 +96,11 @@ class Window:
     def label(self) -> str:
         """Short words for tables: ``final``, ``last 50``, ``steps 1-20``, ``step 0``, ``auc``, ``std``,
         ``last 50 - steps 1-20``."""
+        med = "median of " if self.stat == "median" else ""
         if self.kind == "last":
-            return f"last {self.k}"
+            return f"{med}last {self.k}"
         if self.kind == "steps":
-            return f"step {self.lo}" if self.lo == self.hi else f"steps {self.lo}-{self.hi}"
+            return med + (f"step {self.lo}" if self.lo == self.hi else f"steps {self.lo}-{self.hi}")
         if self.kind == "change":
             return f"{self.end.label()} - {self.start.label()}"
         if self.kind == "reach":
@@ -111,18 +116,19 @@ class Window:
             return f"the change per run from ({self.start.describe()}) to ({self.end.describe()})"
         return {
             "final": "the last point of each run",
-            "last": f"the mean over the last {self.k} steps of each run's schedule",
-            "steps": f"the mean over steps {self.lo}-{self.hi} of each run",
+            "last": f"the {self.stat} over the last {self.k} steps of each run's schedule",
+            "steps": f"the {self.stat} over steps {self.lo}-{self.hi} of each run",
             "auc": "the area under each run's curve over steps divided by the step span (its mean height)",
             "std": "the standard deviation over each run's points",
         }[self.kind]
 
     def to_spec(self) -> Any:
         """The YAML/JSON form :func:`parse_window` reads back."""
+        med = {"stat": "median"} if self.stat == "median" else {}
         if self.kind == "last":
-            return {"last": self.k}
+            return {"last": self.k, **med}
         if self.kind == "steps":
-            return {"steps": [self.lo, self.hi]}
+            return {"steps": [self.lo, self.hi], **med}
         if self.kind == "change":
             return {"from": self.start.to_spec(), "to": self.end.to_spec()}
         if self.kind == "reach":
@@ -136,7 +142,8 @@ FINAL = Window("final")
 def parse_window(spec: Any) -> Window:
     """A window from its spec form (module docstring); ``None`` means ``final``. Raises ValueError naming the
     valid forms."""
-    forms = "final, auc, std, {last: K} (or 'last:K'), {steps: [lo, hi]}, {from: WINDOW, to: WINDOW}, {reach: X}"
+    forms = ("final, auc, std, {last: K} (or 'last:K'), {steps: [lo, hi]}, either with stat: median, "
+             "{from: WINDOW, to: WINDOW}, {reach: X}")
     if spec is None:
         return FINAL
     if isinstance(spec, Window):
@@ -148,6 +155,11 @@ def parse_window(spec: Any) -> Window:
         if s.startswith("last:"):
             return parse_window({"last": s[5:].strip()})
         raise ValueError(f"unknown window {spec!r}; valid: {forms}")
+    if isinstance(spec, dict) and "stat" in spec:
+        stat, rest = spec["stat"], {k: v for k, v in spec.items() if k != "stat"}
+        if stat not in ("mean", "median") or set(rest) not in ({"last"}, {"steps"}):
+            raise ValueError(f"window stat: mean | median, with last: K or steps: [lo, hi] only; got {spec!r}")
+        return dataclasses.replace(parse_window(rest), stat=stat)
     if isinstance(spec, dict):
         keys = set(spec)
         if keys == {"last"}:
@@ -349,9 +361,10 @@ def _window_value(steps: np.ndarray, values: np.ndarray, w: Window, end: int | N
             return float(steps[hit[0]]), int(hit[0]) + 1
         gap = float(steps[-1] - steps[-2]) if steps.size > 1 else 1.0
         return float(steps[-1]) + gap, int(steps.size)  # censored: see the module docstring
+    pool = np.median if w.stat == "median" else np.mean
     if w.kind == "steps":
         sel = (steps >= w.lo) & (steps <= w.hi)
-        return (float(values[sel].mean()) if sel.any() else float("nan")), int(sel.sum())
+        return (float(pool(values[sel])) if sel.any() else float("nan")), int(sel.sum())
     if steps.size > 1 and steps[0] == 0:  # the start policy is not part of a training window
         steps, values = steps[1:], values[1:]
     if w.kind == "final":
@@ -359,7 +372,7 @@ def _window_value(steps: np.ndarray, values: np.ndarray, w: Window, end: int | N
     if w.kind == "last":
         last = int(steps[-1]) if end is None else int(end)
         sel = (steps > last - w.k) & (steps <= last)
-        return (float(values[sel].mean()) if sel.any() else float("nan")), int(sel.sum())
+        return (float(pool(values[sel])) if sel.any() else float("nan")), int(sel.sum())
     if w.kind == "std":
         return (float(values.std(ddof=1)) if values.size > 1 else float("nan")), int(values.size)
     raise ValueError(f"unknown window kind {w.kind!r}")

@@ -55,6 +55,10 @@ def test_windows_by_hand():
     assert values("auc") == {"a__s0": 2.0, "a__s1": 2.75, "b__s0": 1.0}
     # std (ddof 1) of the training points: a__s0 1 2 3 4 -> sqrt(5/3)
     assert values("std")["a__s0"] == pytest.approx((5 / 3) ** 0.5) and values("std")["b__s0"] == 0.0
+    # medians: the last 31 steps (10-40) of a__s1 are 2, 2, 2, 10 -> 2 (their mean is 4); a__s0 1, 2, 3, 4 -> 2.5
+    assert values({"last": 31, "stat": "median"}) == {"a__s0": 2.5, "a__s1": 2.0, "b__s0": 1.0}
+    assert values({"steps": [10, 40], "stat": "median"}) == values({"last": 31, "stat": "median"})
+    assert values({"last": 31, "stat": "mean"}) == values({"last": 31}) == {"a__s0": 2.5, "a__s1": 4.0, "b__s0": 1.0}
     # change from steps 10-20 to the final point: 4 - 1.5, 10 - 2
     assert values({"from": {"steps": [10, 20]}, "to": "final"}) == {"a__s0": 2.5, "a__s1": 8.0, "b__s0": 0.0}
     # steps to a level (start included): a__s0 reaches 2 at step 20, a__s1 at step 10, b__s0 never -> censored at
@@ -99,6 +103,11 @@ def test_window_forms_and_errors():
     assert w.label() == "last 50 - steps 1-20" and parse_window(w.to_spec()) == w
     assert parse_window({"from": {"steps": [0, 0]}, "to": "final"}).label() == "final - step 0"
     assert "last 50 steps" in w.describe()
+    m = parse_window({"last": 50, "stat": "median"})
+    assert m.label() == "median of last 50" and parse_window(m.to_spec()) == m and "median over the last 50" in m.describe()
+    for bad in ({"last": 5, "stat": "mode"}, {"stat": "median"}, {"final": 1, "stat": "median"}):
+        with pytest.raises(ValueError, match="stat"):
+            parse_window(bad)
     r = parse_window({"reach": 0.8})
     assert r.label() == "steps to 0.8" and parse_window(r.to_spec()) == r and "censored" in r.describe()
     for bad in ("mean", {"last": 0}, {"last": "x"}, {"steps": [5, 1]}, {"steps": [1]}, {"first": 3},
