@@ -52,12 +52,11 @@ from .base import (
     check_format_reward,
     check_int,
     interleave,
-    invalid_result,
     normalize_ops,
     normalize_weights,
+    pattern_result,
     stable_hash,
     stream_rng,
-    well_formed_result,
 )
 
 OPS: tuple[str, ...] = ("+", "-", "*")
@@ -290,15 +289,8 @@ class ArithmeticTask(Task):
     def reward(self, problem: Problem, completion: str, truncated: bool = False) -> RewardResult:
         """Exact match of the answer part against the canonical answer (see module docstring). Truncated
         completions are never correct and earn nothing (see `well_formed_result`)."""
-        try:
-            if not isinstance(completion, str) or len(completion) > self.config.max_completion_chars:
-                return invalid_result()
-            m = self._answer_re.fullmatch(completion)
-            if m is None:
-                return invalid_result()
-            return well_formed_result(m.group("answer") == problem.answer, truncated, self.config.format_reward)
-        except Exception:  # a verifier must never take the training loop down
-            return invalid_result()
+        return pattern_result(self._answer_re, problem.answer, completion, truncated, self.config.max_completion_chars,
+                              self.config.format_reward)
 
     def sft_target(self, problem: Problem, rng: random.Random) -> str:
         cfg = self.config

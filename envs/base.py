@@ -19,6 +19,7 @@ from __future__ import annotations
 import abc
 import math
 import random
+import re
 import zlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -174,6 +175,22 @@ def well_formed_result(correct: bool, truncated: bool, format_reward: float) -> 
     if truncated:
         return RewardResult(reward=0.0, correct=False, format_ok=False, malformed=False)
     return RewardResult(reward=1.0 if correct else format_reward, correct=correct, format_ok=True, malformed=False)
+
+
+def pattern_result(pattern: re.Pattern, answer: str, completion: object, truncated: bool, max_chars: int,
+                   format_reward: float) -> RewardResult:
+    """The verifier of a task whose completions follow a regular grammar with a group named ``answer``: malformed
+    unless ``completion`` is text of at most ``max_chars`` characters that ``pattern`` matches in full; correct
+    when its answer group equals ``answer`` (see `well_formed_result`). Never raises."""
+    try:
+        if not isinstance(completion, str) or len(completion) > max_chars:
+            return invalid_result()
+        m = pattern.fullmatch(completion)
+        if m is None:
+            return invalid_result()
+        return well_formed_result(m.group("answer") == answer, truncated, format_reward)
+    except Exception:  # a verifier must never take the training loop down
+        return invalid_result()
 
 
 # ---------------------------------------------------------------------------------------------------------------

@@ -50,9 +50,8 @@ from .base import (
     Task,
     check_format_reward,
     check_int,
-    invalid_result,
     normalize_weights,
-    well_formed_result,
+    pattern_result,
 )
 
 STEP_SEPARATOR = " "
@@ -171,15 +170,8 @@ class ScratchpadTask(Task):
     def reward(self, problem: Problem, completion: str, truncated: bool = False) -> RewardResult:
         """Correct when the completion has the scratchpad grammar and its answer equals the reference (module
         docstring); truncated completions are never correct."""
-        try:
-            if not isinstance(completion, str) or len(completion) > self.config.max_completion_chars:
-                return invalid_result()
-            m = self._completion_re.fullmatch(completion)
-            if m is None:
-                return invalid_result()
-            return well_formed_result(m.group("answer") == problem.answer, truncated, self.config.format_reward)
-        except Exception:  # a verifier must never take the training loop down
-            return invalid_result()
+        return pattern_result(self._completion_re, problem.answer, completion, truncated, self.config.max_completion_chars,
+                              self.config.format_reward)
 
     def sft_target(self, problem: Problem, rng: random.Random) -> str:
         a, b = problem.operands
