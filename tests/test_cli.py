@@ -248,6 +248,7 @@ def test_wandb_mode_is_offline_only_when_nothing_is_configured(tmp_path, monkeyp
     assert wandb_mode() == "offline"
 
 
+@pytest.mark.robustness
 def test_wandb_resumed_run_continues_the_same_wandb_run(tmp_path, monkeypatch):
     pytest.importorskip("wandb")
     for k in ("WANDB_MODE", "WANDB_API_KEY"):

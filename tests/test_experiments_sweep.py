@@ -117,6 +117,7 @@ def _rows(path):
     return [json.loads(l) for l in open(path)]
 
 
+@pytest.mark.robustness
 def test_killed_sweep_resumes_without_redoing_or_duplicating(tmp_path):
     sets = "\n".join(f"  {k}: {v}" for k, v in FAST.items())
     spec = _spec(tmp_path, f"name: k\nseeds: [0]\narms: [grpo, dr_grpo]\nset:\n{sets}\n")

@@ -166,6 +166,7 @@ def test_prompt_stream_is_identical_across_objectives(tmp_path):
     assert len(set(p for _, p in prompts["grpo"])) > 4
 
 
+@pytest.mark.robustness
 def test_resume_after_hard_crash_has_no_duplicate_or_missing_steps(tmp_path):
     cfg_args = _args(*FAST, f"out_dir={tmp_path}", "name=r", "train.steps=6")
     cmd = [sys.executable, "-m", "objbench.experiments.cli", "train", "--quiet", *cfg_args]
@@ -396,6 +397,7 @@ def test_stale_rollouts_sample_with_the_weights_of_staleness_updates_ago(tmp_pat
     assert all(torch.equal(p, q) for p, q in zip(s.engine.model.parameters(), s.policy.parameters()))
 
 
+@pytest.mark.robustness
 def test_stale_rollouts_resume_equal_to_an_uninterrupted_run(tmp_path):
     cfg_args = _args(*FAST, f"out_dir={tmp_path}", "name=r", "train.steps=6", "rollout.staleness=3",
                      "train.checkpoint_every=2")

@@ -193,6 +193,7 @@ def _snapshot(root: Path) -> dict:
     return {str(p.relative_to(root)): p.stat().st_mtime_ns for p in root.rglob("*")}
 
 
+@pytest.mark.robustness
 def test_an_edited_spec_is_refused_before_any_compute_and_rerun_changed_sets_old_runs_aside(
         tmp_path, reference, cache, monkeypatch, capsys):
     monkeypatch.setenv("OBJBENCH_CACHE", cache)
@@ -259,6 +260,7 @@ def test_moved_folders_keep_finished_runs_and_relative_out_dirs_resume_in_place(
 # ------------------------------------------------------------------------------------------------ failed runs
 
 
+@pytest.mark.robustness
 def test_a_failed_run_leaves_the_others_a_report_a_failure_list_and_exit_1(tmp_path, cache):
     spec = tmp_path / "f.yaml"
     spec.write_text(yaml.safe_dump({"name": "f", "seeds": [0], "set": {**TINY, "objective": "grpo"},
