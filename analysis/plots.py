@@ -263,11 +263,12 @@ def legend_per_row(arms, width_in: float) -> int:
 
 
 def _grid_figure(nrows: int, ncols: int, panel_size: tuple[float, float], top_in: float, bottom_in: float,
-                 sharey: bool = False):
+                 sharey: bool = False, left: float = 0.85, wgap: float = 0.95, hgap: float = 1.05):
     """Figure with a grid of axes and fixed margins in inches (room for y labels, two-line titles, x labels and a
-    legend row below). Fixed margins instead of a layout engine: constrained layout measures every tick label
-    and made saving a 9-panel figure about 3x slower."""
-    left, right, wgap, hgap = 0.85, 0.25, 0.95, 1.05  # inches
+    legend row below; ``left``, ``wgap``, ``hgap``: the left margin and the gaps between panels). Fixed margins
+    instead of a layout engine: constrained layout measures every tick label and made saving a 9-panel figure
+    about 3x slower."""
+    right = 0.25  # inches
     pw, ph = panel_size
     width = left + right + ncols * pw + (ncols - 1) * wgap
     height = top_in + bottom_in + nrows * ph + (nrows - 1) * hgap
@@ -344,14 +345,8 @@ def plot_paired_differences(table: pd.DataFrame, colors: Mapping[str, tuple], ti
     names = list(pd.unique(table["comparison"]))
     ncols = min(MAX_COLUMNS, len(endpoints))
     nrows = -(-len(endpoints) // ncols)
-    pw, ph = PANEL_SIZE[0], 0.4 * len(names) + 0.5
-    left, wgap, hgap = 0.25 + 0.068 * max(len(n) for n in names), 0.35, 0.95
-    top, bottom = (0.7 if title else 0.4), 0.6
-    width, height = left + 0.25 + ncols * pw + (ncols - 1) * wgap, top + bottom + nrows * ph + (nrows - 1) * hgap
-    fig = Figure(figsize=(width, height))
-    axes = fig.subplots(nrows, ncols, squeeze=False)
-    fig.subplots_adjust(left=left / width, right=1 - 0.25 / width, bottom=bottom / height, top=1 - top / height,
-                        wspace=wgap / pw, hspace=hgap / ph)
+    fig, axes = _grid_figure(nrows, ncols, (PANEL_SIZE[0], 0.4 * len(names) + 0.5), top_in=0.7 if title else 0.4,
+                             bottom_in=0.6, left=0.25 + 0.068 * max(len(n) for n in names), wgap=0.35, hgap=0.95)
     for i, (ax, endpoint) in enumerate(zip(axes.flat, endpoints)):
         rows = table[table["endpoint"] == endpoint].set_index("comparison").reindex(names).reset_index()
         _draw_paired(ax, rows, colors, labels=i % ncols == 0)
@@ -359,7 +354,7 @@ def plot_paired_differences(table: pd.DataFrame, colors: Mapping[str, tuple], ti
     for ax in axes.flat[len(endpoints):]:
         ax.set_visible(False)
     if title:
-        fig.suptitle(title, fontsize="medium", y=1 - 0.1 / height, va="top")
+        fig.suptitle(title, fontsize="medium", y=1 - 0.1 / fig.get_figheight(), va="top")
     return fig, axes
 
 

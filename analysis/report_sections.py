@@ -321,8 +321,7 @@ def _ci_text(lo, hi, digits: int) -> str:
 
 
 def _mdd_text(v, digits: int) -> str:
-    return "n/a" if v is None or not np.isfinite(v) else f"{v:.{digits}g}" if abs(v) < 1e-3 and v != 0 \
-        else f"{v:.{digits}f}"
+    return _signed(v, digits).lstrip("+")  # an MDD is >= 0: the signed form without its "+"
 
 
 def _p_text(p) -> str:

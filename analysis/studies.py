@@ -30,7 +30,7 @@ import numpy as np
 import pandas as pd
 
 from objbench.analysis.inference import compare_exploratory
-from objbench.analysis.plots import LINE_STYLES
+from objbench.analysis.plots import LINE_STYLES, arm_colors, save_figure
 from objbench.analysis.prereg import STUDIES, Endpoint, Window, paired_differences, per_run_values, schedule_ends
 from objbench.analysis.stats import mean_ci
 
@@ -182,17 +182,9 @@ def _curves(runs, metric: str, smooth: int = 10) -> pd.DataFrame:
     return m.groupby(["arm", "step"], as_index=False)["value"].mean()
 
 
-def _colors(arms):
-    from objbench.analysis.plots import arm_colors
-
-    return arm_colors(arms)
-
-
 def _save(fig, out: Path, name: str, dpi: int) -> None:
     """PNG and PDF (analysis.plots.save_figure), then free the pyplot figure."""
     import matplotlib.pyplot as plt
-
-    from objbench.analysis.plots import save_figure
 
     save_figure(fig, out, name, dpi)
     plt.close(fig)
@@ -223,7 +215,7 @@ def length_bias(runs, out: Path, dpi: int = 120, plan=None) -> list[str]:
     import matplotlib.pyplot as plt
 
     arms = runs.present_arms
-    colors = _colors(arms)
+    colors = arm_colors(arms)
     wt = window_table(runs, ["length/incorrect", "length/correct", "length/mean", "rollout/trunc_frac", "reward/acc"])
     wt.to_csv(out / "length_bias.csv", index=False)
     L = ["## Study: length bias", "",
@@ -310,7 +302,7 @@ def difficulty_bias(runs, out: Path, dpi: int = 120, plan=None) -> list[str]:
     import matplotlib.pyplot as plt
 
     arms = runs.present_arms
-    colors = _colors(arms)
+    colors = arm_colors(arms)
     m = runs.metrics
     cfg = runs.configs.set_index("arm")
     rows = []

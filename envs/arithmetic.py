@@ -55,6 +55,7 @@ from .base import (
     normalize_ops,
     normalize_weights,
     pattern_result,
+    relabel_verdict,
     stable_hash,
     stream_rng,
 )
@@ -322,10 +323,7 @@ class ArithmeticTask(Task):
         write for it; unchanged without a verdict."""
         if not self.config.verdict:
             return text
-        i = text.find(VERDICT_MARK)
-        if i < 0 or i + 1 >= len(text):
-            return text
-        return text[:i + 1] + self.interjection(problem, text[:i + 1]) + text[i + 2:]
+        return relabel_verdict(text, VERDICT_MARK, lambda first: self.interjection(problem, first))
 
     def filler_length(self, completion: str) -> int | None:
         """Filler characters in a well-formed completion; None when it is malformed (no filler setting: 0, as the

@@ -193,6 +193,16 @@ def pattern_result(pattern: re.Pattern, answer: str, completion: object, truncat
         return invalid_result()
 
 
+def relabel_verdict(text: str, marker: str, judge) -> str:
+    """``text`` (a warm-start demonstration) with the character after its first ``marker`` replaced by
+    ``judge(text up to and including the marker)``: the verdict an environment would write for an altered
+    demonstration. Unchanged when the marker is missing or ends the text."""
+    i = text.find(marker)
+    if i < 0 or i + 1 >= len(text):
+        return text
+    return text[:i + 1] + judge(text[:i + 1]) + text[i + 2:]
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # Validation and normalisation of task settings (shared by the config dataclasses).
 

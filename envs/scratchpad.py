@@ -41,7 +41,7 @@ import random
 import re
 from dataclasses import dataclass
 
-from .arithmetic import ArithmeticConfig, ArithmeticTask
+from .arithmetic import VERDICTS, ArithmeticConfig, ArithmeticTask
 from .base import (
     DEFAULT_MAX_COMPLETION_CHARS,
     NumericProblem,
@@ -52,13 +52,13 @@ from .base import (
     check_int,
     normalize_weights,
     pattern_result,
+    relabel_verdict,
 )
 
 STEP_SEPARATOR = " "
 ANSWER_MARK = "#"
 FILLER = "."
-VERDICT_MARK = "/"                   # the policy ends its answer with it (verdict=True)
-VERDICTS = {True: "+", False: "-"}   # what the environment appends: right / wrong
+VERDICT_MARK = "/"  # the policy ends its answer with it (verdict=True); the environment then appends VERDICTS
 _STEP = r"[0-9]\+[0-9]\+[01]=[0-9]{2}"
 
 
@@ -200,10 +200,9 @@ class ScratchpadTask(Task):
     def relabel(self, problem: Problem, text: str) -> str:
         """A demonstration whose digits were altered (noisy warm start) with the verdict the environment would
         write for it; unchanged without a verdict."""
-        i = text.find(VERDICT_MARK)
-        if not self.config.verdict or i < 0 or i + 1 >= len(text):
+        if not self.config.verdict:
             return text
-        return text[:i + 1] + self.interjection(problem, text[:i + 1]) + text[i + 2:]
+        return relabel_verdict(text, VERDICT_MARK, lambda first: self.interjection(problem, first))
 
     def filler_length(self, completion: str) -> int | None:
         """Filler characters of a well-formed completion; None when it is malformed."""

@@ -10,6 +10,7 @@ import pandas as pd
 import pytest
 import yaml
 
+from objbench.analysis.plots import arm_colors
 from objbench.analysis.report import write_report
 from objbench.analysis.studies import closed_form_weight
 from objbench.analysis.synthetic import STUDY_ARMS, write_study_sweep
@@ -141,7 +142,7 @@ def test_bucket_shares_by_hand(tmp_path):
     runs = Runs(root=".", metrics=pd.DataFrame(rows), evals=pd.DataFrame(columns=["run"]),
                 configs=pd.DataFrame(cfg), sweep={"arms": ["g", "n"], "name": "t"})
     L = studies._bucket_curves(runs, tmp_path, ["reward/acc_d1", "reward/acc_d2"], ["g", "n"],
-                               studies._colors(["g", "n"]), 60)
+                               arm_colors(["g", "n"]), 60)
     t = pd.read_csv(tmp_path / "bucket_shares.csv").set_index(["bucket", "arm"])
     assert t.loc[(1, "g"), "share"] == pytest.approx(0.30) and t.loc[(1, "n"), "share"] == pytest.approx(0.55)
     assert t.loc[(2, "g"), "share"] == pytest.approx(0.70)
