@@ -158,16 +158,17 @@ def run_trl(model_dir: str, beta: float, steps: int, fastest: bool = True) -> di
 # numerics: one identical batch through both losses
 
 
-def trl_step(tr):
+def trl_step(tr, n_prompts: int = W.PROMPTS_PER_STEP, group_size: int = W.GROUP_SIZE, move: float = 0.02):
     """One TRL batch and TRL's loss and gradient on it: (model, inputs, batch, loss, {name: grad}). The policy is
-    first moved away from the reference (the saved weights), so that a KL term and its gradient are not zero."""
+    first moved away from the reference (the saved weights) by ``move`` x N(0, 1) per weight, so that a KL term and
+    its gradient are not zero."""
     model = tr.model
     model.train()
     torch.manual_seed(0)
     with torch.no_grad():
         for p in model.parameters():
-            p.add_(0.02 * torch.randn_like(p))
-    inputs = [tr.train_dataset[i] for i in range(W.PROMPTS_PER_STEP) for _ in range(W.GROUP_SIZE)]
+            p.add_(move * torch.randn_like(p))
+    inputs = [tr.train_dataset[i] for i in range(n_prompts) for _ in range(group_size)]
     tr.current_gradient_accumulation_steps = 1
     batch = tr._generate_and_score_completions(inputs)
     model.zero_grad(set_to_none=True)
@@ -179,28 +180,36 @@ def trl_step(tr):
 
 def numerics(model_dir: str, beta: float, bias_correction: bool = True) -> dict:
     """Loss and gradient of TRL and objbench on one TRL-generated batch, same weights, same completions."""
-    from objbench import algos
     from objbench.experiments.config import load_config
-    from objbench.rollout.models import frozen_copy
-    from objbench.rollout.scoring import score
-    from objbench.rollout.sft import load_policy
 
     with tempfile.TemporaryDirectory() as tmp:
         tr = make_trl_trainer(model_dir, beta, 1, tmp, bias_correction=bias_correction)
     model, inputs, batch, loss_trl, g_trl = trl_step(tr)
-
     est = "k3_ratio" if bias_correction else "k3"
     obj = load_config(None, objbench_overrides(beta, est)).objective
+    c_ids, c_mask = batch["completion_ids"], batch["completion_mask"].bool()
+    rewards = [W.reward_ids(x["a"], x["b"], ids[m].tolist()) for x, ids, m in zip(inputs, c_ids, c_mask)]
+    return {"beta": beta, "trl_kl_bias_correction": bias_correction, "objbench_kl_estimator": est if beta else None,
+            **objbench_on_trl_batch(obj, model, batch, rewards, model_dir if beta else None, loss_trl, g_trl)}
+
+
+def objbench_on_trl_batch(obj, model, batch, rewards: list[float], ref_dir: str | None, loss_trl, g_trl) -> dict:
+    """objbench's advantages, loss and gradient (objective ``obj``) on TRL's batch, with the rewards objbench's
+    task gives its completions and the reference loaded from ``ref_dir`` (None: no KL term), against TRL's."""
+    from objbench import algos
+    from objbench.rollout.models import frozen_copy
+    from objbench.rollout.scoring import score
+    from objbench.rollout.sft import load_policy
+
     p_ids, p_mask = batch["prompt_ids"], batch["prompt_mask"].bool()
     c_ids, c_mask = batch["completion_ids"], batch["completion_mask"].bool()
     trl_mask = batch["completion_mask"]  # TRL's own dtype (int64), given to algos as a peer would
     assert trl_mask.dtype != torch.bool
-    rewards = torch.tensor([W.reward_ids(x["a"], x["b"], ids[m].tolist())
-                            for x, ids, m in zip(inputs, c_ids, c_mask)], dtype=torch.float32)
+    rewards = torch.tensor(rewards, dtype=torch.float32)
     with torch.no_grad():
         ref_logp = None
-        if beta:
-            ref = frozen_copy(load_policy(Path(model_dir), "sdpa"))
+        if ref_dir is not None:
+            ref = frozen_copy(load_policy(Path(ref_dir), "sdpa"))
             ref_logp = score(ref, p_ids, p_mask, c_ids, c_mask, with_entropy=False).logp
         adv, _, _ = algos.compute_advantages(obj, rewards=rewards, mask=trl_mask)
     model.zero_grad(set_to_none=True)
@@ -213,9 +222,8 @@ def numerics(model_dir: str, beta: float, bias_correction: bool = True) -> dict:
     max_grad_diff = max(float((g_ob[n] - g_trl[n]).abs().max()) for n in g_ob)
     gnorm = float(torch.sqrt(sum((g ** 2).sum() for g in g_trl.values())))
     adv_trl = batch["advantages"].flatten()
-    return {"beta": beta, "trl_kl_bias_correction": bias_correction, "objbench_kl_estimator": est if beta else None,
-            "loss_trl": float(loss_trl), "loss_objbench": float(loss_ob),
-            "loss_abs_diff": abs(float(loss_trl) - float(loss_ob)),
+    return {"loss_trl": float(loss_trl.detach()), "loss_objbench": float(loss_ob.detach()),
+            "loss_abs_diff": abs(float(loss_trl.detach()) - float(loss_ob.detach())),
             "grad_max_abs_diff": max_grad_diff, "grad_norm": gnorm,
             "adv_max_abs_diff": float((adv[:, 0] if adv.dim() == 2 else adv).sub(adv_trl).abs().max()),
             "n_tokens": int(c_mask.sum()), "reward_mean": float(rewards.mean()), "mask_dtype": str(trl_mask.dtype)}
