@@ -168,7 +168,8 @@ def numerics(model_dir: str, beta: float) -> dict:
     c_ids, c_mask = batch["completion_ids"], batch["completion_mask"].bool()
     rewards = [reward.score(x["idx"], t, ids[m].tolist()) for x, t, ids, m in zip(inputs, texts, c_ids, c_mask)]
     return {"beta": beta, "objbench_kl_estimator": "k3_ratio" if beta else None,
-            "prompts_identical": same_prompt_ids(tr.processing_class, batch, [reward.problems[x["idx"]] for x in inputs]),
+            "prompts_identical": same_prompt_ids(tr.processing_class, batch,
+                                                 [reward.problems[x["idx"]] for x in inputs]),
             **TP.objbench_on_trl_batch(obj, model, batch, rewards, model_dir if beta else None, loss_trl, g_trl)}
 
 

