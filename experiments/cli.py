@@ -81,6 +81,8 @@ def _cmd_card(args) -> int:
     from objbench.experiments.card import prepare_card, run_card
     from objbench.experiments.sweep import SweepFailed
 
+    if args.validate:
+        return _validate_card(args)
     job = prepare_card(args.overrides, imports=args.imports, out=args.out, runs=args.runs, seeds=args.seeds,
                        battery=args.battery, force=args.force)
     print(f"card {job.name}: {len(job.sweep.runs)} runs ({len(job.battery.arms)} arms x "
@@ -100,6 +102,22 @@ def _cmd_card(args) -> int:
     return 0
 
 
+def _validate_card(args) -> int:
+    from objbench.experiments.card_validation import prepare_validation, run_validation
+    from objbench.experiments.errors import ConfigError
+    from objbench.experiments.sweep import describe
+
+    if args.overrides or args.imports:
+        raise ConfigError("card --validate runs the battery's own control configurations; give no settings")
+    job = prepare_validation(args.out, seeds=args.seeds, battery=args.battery, validation=args.validation,
+                             runs=args.runs, force=args.force)
+    if args.dry_run:
+        print(describe(job.sweep))
+        return 0
+    print(run_validation(job, workers=args.workers))
+    return 0
+
+
 def _add_card_parser(sub) -> None:
     c = sub.add_parser("card", help="score one objective on the diagnostic battery, beside the reference cards")
     c.add_argument("--out", default=None, help="folder for card.md, card.png/pdf, card.csv and the data "
@@ -108,7 +126,10 @@ def _add_card_parser(sub) -> None:
     c.add_argument("--workers", type=int, default=None, help="parallel runs (default: number of cores)")
     c.add_argument("--seeds", type=int, default=None, help="seeds per arm (default: the battery's)")
     c.add_argument("--dry-run", action="store_true", help="list the runs (new, resume, done or changed) and exit")
-    c.add_argument("--battery", default=None, help=argparse.SUPPRESS)  # tests: a smaller battery file
+    c.add_argument("--validate", action="store_true",
+                   help="run the battery's control pairs (experiments/cards/validation.yaml) and write validation.md")
+    c.add_argument("--battery", default=None, help=argparse.SUPPRESS)
+    c.add_argument("--validation", default=None, help=argparse.SUPPRESS)  # tests: a smaller battery file
     c.add_argument("--force", action="store_true", help="write into the committed results/ from a dirty tree")
     _add_import(c)
     c.add_argument("overrides", nargs="*", help="the objective: objective=PRESET and objective.*, optim.*, sampling "

@@ -154,3 +154,52 @@ def test_a_whole_card_with_a_reference_and_a_plugin(tmp_path, monkeypatch):
     assert "Plug-in" in md and "sha256" in md
     seeds = pd.read_csv(out / "card_seeds.csv")
     assert set(seeds["measure"]) <= set(table["name"]) and set(seeds["seed"]) == {0, 1}
+
+
+def test_a_control_pair_by_hand():
+    # kl/exact final: config a gives (0.1, 0.2, 0.3), b gives (0.3, 0.5, 0.4) on seeds 0-2: b - a = (0.2, 0.3, 0.1),
+    # mean 0.2, sd 0.1, se 0.057735, t_2(0.975) = 4.302653, half-width 0.248414 -> [-0.048414, 0.448414]: not
+    # validated; permutation p: only the all-plus and all-minus sign patterns reach |0.6| -> 2/8 = 0.25; the first
+    # 2 seeds: (0.2, 0.3), mean 0.25, se 0.05, t_1(0.975) = 12.706205 -> [-0.385310, 0.885310]
+    from objbench.analysis.card_validation import control_row
+
+    metrics = []
+    for seed, (a, b) in enumerate([(0.1, 0.3), (0.2, 0.5), (0.3, 0.4)]):
+        metrics += _curve(f"standard__a__s{seed}", "standard__a", seed, "kl/exact", [(1, 0.0), (2, a)])
+        metrics += _curve(f"standard__b__s{seed}", "standard__b", seed, "kl/exact", [(1, 0.0), (2, b)])
+    [m] = parse_measures([{"name": "kl", "diagnostic": "drift", "arm": "standard", "metric": "kl/exact",
+                           "unit": "nats", "high": "drifts"}], ["standard"])
+    row = control_row(FakeRuns(metrics, [], steps=2), m, "a", "b", card_seeds=2)
+    assert row["difference"] == pytest.approx(0.2)
+    assert (row["ci_low"], row["ci_high"]) == (pytest.approx(-0.048414, abs=1e-6), pytest.approx(0.448414, abs=1e-6))
+    assert row["p_permutation"] == pytest.approx(0.25) and not row["validated"] and row["seeds"] == 3
+    assert (row["card_ci_low"], row["card_ci_high"]) == (pytest.approx(-0.385310, abs=1e-6),
+                                                         pytest.approx(0.885310, abs=1e-6))
+    assert row["low_mean"] == pytest.approx(0.2) and row["high_mean"] == pytest.approx(0.4)
+
+
+def test_the_validation_file_covers_every_diagnostic_and_loads():
+    from objbench.experiments.card_validation import load_validation, validation_spec
+
+    b = load_battery()
+    v = load_validation(None, b)
+    assert v.seeds > v.card_seeds >= 2
+    measures = {m.name: m for m in b.measures}
+    assert {measures[c["measure"]].diagnostic for c in v.controls} == {m.diagnostic for m in b.measures}
+    spec = validation_spec(b, v, v.seeds)
+    assert spec["arms"]["updates8__no_clip"]["objective.n_epochs"] == 2  # the arm's setting and the config's
+    assert spec["arms"]["updates8__no_clip"]["objective.ratio.eps_high"] == 1000.0
+
+
+@pytest.mark.card
+def test_a_whole_validation_on_a_small_battery(tmp_path, monkeypatch):
+    from objbench.experiments.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("OBJBENCH_CACHE", str(tmp_path / "cache"))
+    battery = small_battery(tmp_path)
+    assert main(["card", "--validate", "--battery", str(battery), "--seeds", "2", "--out", "val", "--workers",
+                 "2"]) == 0
+    table = pd.read_csv("val/validation.csv")
+    assert len(table) == 12 and set(table["seeds"]) <= {0, 2}
+    assert "measures separate their controls" in Path("val/validation.md").read_text()
