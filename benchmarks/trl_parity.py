@@ -67,27 +67,35 @@ KINDS = ("trl", "trl_default", "objbench")
 
 def run_objbench(model_dir: str, beta: float, steps: int) -> dict:
     from objbench.experiments.config import load_config
-    from objbench.experiments.setup import make_optimizers, make_setup
-    from objbench.experiments.train import train_step
+    from objbench.experiments.setup import make_setup
     from objbench.rollout.sft import load_policy
 
     cfg = load_config(None, objbench_overrides(beta))
     task = W.UniformAddition(n=steps * W.PROMPTS_PER_STEP)
     s = make_setup(cfg, task, W.build_tokenizer(), load_policy(Path(model_dir), "sdpa"))
     s.policy.train()
+    res = objbench_timed(s, steps)
+    res["last_row"] = {k: v for k, v in res.pop("rows")[-1].items() if isinstance(v, (int, float))}
+    return res
+
+
+def objbench_timed(s, steps: int) -> dict:
+    """``steps`` training steps of setup ``s``: step times (end to end), rewards, tokens, the rows, peak RSS."""
+    from objbench.experiments.setup import make_optimizers
+    from objbench.experiments.train import train_step
+
     opt, critic_opt = make_optimizers(s)
     state = LoopState()
-    times, rewards, tokens = [], [], []
+    times, rows = [], []
     t_prev = time.perf_counter()
     for _ in range(steps):
         row, _ = train_step(s, state, opt, critic_opt)
         now = time.perf_counter()
         times.append(now - t_prev)
         t_prev = now
-        rewards.append(row["reward/mean"])
-        tokens.append(row["rollout/tokens"])
-    return {"times": times, "rewards": rewards, "tokens": tokens, "peak_rss_mb": peak_rss_mb(),
-            "last_row": {k: v for k, v in row.items() if isinstance(v, (int, float))}}
+        rows.append(row)
+    return {"times": times, "rewards": [r["reward/mean"] for r in rows], "tokens": [r["rollout/tokens"] for r in rows],
+            "peak_rss_mb": peak_rss_mb(), "rows": rows}
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -131,6 +139,18 @@ def make_trl_trainer(model_dir: str, beta: float, steps: int, out_dir: str, bias
 
 
 def run_trl(model_dir: str, beta: float, steps: int, fastest: bool = True) -> dict:
+    with tempfile.TemporaryDirectory() as tmp:
+        tr = make_trl_trainer(model_dir, beta, steps, tmp, fastest=fastest)
+        times = trl_timed(tr)
+    logs = [h for h in tr.state.log_history if "reward" in h]
+    n = W.PROMPTS_PER_STEP * W.GROUP_SIZE
+    return {"times": times, "rewards": [h["reward"] for h in logs],
+            "tokens": [h["completions/mean_length"] * n for h in logs], "peak_rss_mb": peak_rss_mb(),
+            "gradient_checkpointing": bool(tr.args.gradient_checkpointing)}
+
+
+def trl_timed(tr) -> list[float]:
+    """Train ``tr`` (a TRL trainer); the wall time of each optimizer step, end to end."""
     from transformers import TrainerCallback
 
     marks: list[float] = []
@@ -142,16 +162,9 @@ def run_trl(model_dir: str, beta: float, steps: int, fastest: bool = True) -> di
         def on_step_end(self, args, state, control, **kw):
             marks.append(time.perf_counter())
 
-    with tempfile.TemporaryDirectory() as tmp:
-        tr = make_trl_trainer(model_dir, beta, steps, tmp, fastest=fastest)
-        tr.add_callback(Clock())
-        tr.train()
-    logs = [h for h in tr.state.log_history if "reward" in h]
-    times = [b - a for a, b in zip(marks, marks[1:])]
-    n = W.PROMPTS_PER_STEP * W.GROUP_SIZE
-    return {"times": times, "rewards": [h["reward"] for h in logs],
-            "tokens": [h["completions/mean_length"] * n for h in logs], "peak_rss_mb": peak_rss_mb(),
-            "gradient_checkpointing": bool(tr.args.gradient_checkpointing)}
+    tr.add_callback(Clock())
+    tr.train()
+    return [b - a for a, b in zip(marks, marks[1:])]
 
 
 # ---------------------------------------------------------------------------------------------------------

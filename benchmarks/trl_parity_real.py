@@ -33,7 +33,6 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import torch
@@ -73,25 +72,13 @@ def prompt_rows(model_dir: str, n: int) -> tuple[list[str], list]:
 
 
 def run_objbench(model_dir: str, beta: float, steps: int, threads: int) -> dict:
-    from objbench.experiments.loop_state import LoopState
-    from objbench.experiments.setup import build_setup, make_optimizers
-    from objbench.experiments.train import train_step
+    from objbench.experiments.setup import build_setup
 
     s = build_setup(real_config(model_dir, beta, threads=threads))
     s.policy.train()
-    opt, critic_opt = make_optimizers(s)
-    state = LoopState()
-    times, rewards, tokens = [], [], []
-    t_prev = time.perf_counter()
-    for _ in range(steps):
-        row, _ = train_step(s, state, opt, critic_opt)
-        now = time.perf_counter()
-        times.append(now - t_prev)
-        t_prev = now
-        rewards.append(row["reward/mean"])
-        tokens.append(row["rollout/tokens"])
-    return {"times": times, "rewards": rewards, "tokens": tokens, "peak_rss_mb": peak_rss_mb(),
-            "forward": s.forward}
+    res = TP.objbench_timed(s, steps)
+    del res["rows"]
+    return {**res, "forward": s.forward}
 
 
 class TaskReward:
@@ -137,24 +124,12 @@ def make_trl_trainer(model_dir: str, beta: float, steps: int, out_dir: str, bias
 
 
 def run_trl(model_dir: str, beta: float, steps: int, threads: int) -> dict:
-    from transformers import TrainerCallback
-
-    marks: list[float] = []
-
-    class Clock(TrainerCallback):
-        def on_train_begin(self, args, state, control, **kw):
-            marks.append(time.perf_counter())
-
-        def on_step_end(self, args, state, control, **kw):
-            marks.append(time.perf_counter())
-
     with tempfile.TemporaryDirectory() as tmp:
         tr, _ = make_trl_trainer(model_dir, beta, steps, tmp)
-        tr.add_callback(Clock())
-        tr.train()
+        times = TP.trl_timed(tr)
     logs = [h for h in tr.state.log_history if "reward" in h]
     n = PROMPTS_PER_STEP * GROUP_SIZE
-    return {"times": [b - a for a, b in zip(marks, marks[1:])], "rewards": [h["reward"] for h in logs],
+    return {"times": times, "rewards": [h["reward"] for h in logs],
             "tokens": [h["completions/mean_length"] * n for h in logs], "peak_rss_mb": peak_rss_mb()}
 
 
