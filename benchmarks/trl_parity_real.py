@@ -33,6 +33,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import torch
@@ -148,6 +149,48 @@ def numerics(model_dir: str, beta: float) -> dict:
             **TP.objbench_on_trl_batch(obj, model, batch, rewards, model_dir if beta else None, loss_trl, g_trl)}
 
 
+def trl_split(model_dir: str, steps: int, skip: int) -> dict:
+    """Where a TRL step's time goes: model.generate, the rest of _generate_and_score_completions (rewards, the
+    old/reference log-prob passes), compute_loss (the loss forward) and everything else (backward, optimizer,
+    Trainer bookkeeping); seconds per step, medians over the steps after ``skip``."""
+    spent: dict[str, list[float]] = {"generate": [], "generate_and_score": [], "loss_forward": []}
+
+    def timed(obj, name: str, key: str) -> None:
+        inner = getattr(obj, name)
+
+        def wrapper(*a, **kw):
+            t0 = time.perf_counter()
+            out = inner(*a, **kw)
+            spent[key].append(time.perf_counter() - t0)
+            return out
+
+        setattr(obj, name, wrapper)
+
+    with tempfile.TemporaryDirectory() as tmp:
+        tr, _ = make_trl_trainer(model_dir, 0.0, steps, tmp)
+        timed(tr.model, "generate", "generate")
+        timed(tr, "_generate_and_score_completions", "generate_and_score")
+        timed(tr, "compute_loss", "loss_forward")
+        totals = TP.trl_timed(tr)
+    med = {k: statistics.median(v[skip:]) for k, v in spent.items()}
+    total = statistics.median(totals[skip:])
+    return {"total": total, "generate": med["generate"], "score": med["generate_and_score"] - med["generate"],
+            "loss_forward": med["loss_forward"],
+            "backward_optimizer_other": total - med["generate_and_score"] - med["loss_forward"]}
+
+
+def objbench_split(model_dir: str, steps: int, skip: int, threads: int) -> dict:
+    """objbench bench (experiments/bench.py) on the same workload: seconds per step by phase."""
+    from objbench.experiments.bench import bench
+    from objbench.experiments.config import to_yaml
+
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "workload.yaml"
+        path.write_text(to_yaml(real_config(model_dir, 0.0, threads=threads)))
+        res = bench(str(path), steps=steps - skip, warmup=skip, quiet=True)
+    return {"total": res["s_per_step"], **res["phases"]}
+
+
 def same_prompt_ids(tokenizer, batch, problems) -> bool:
     """Whether TRL's prompt ids (padding dropped) are objbench's encoding of the same problems."""
     from objbench.rollout.bundle import hf_codec
@@ -230,6 +273,35 @@ def render(rows: dict, checks: list[dict], args, versions: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def phase_split(args) -> dict:
+    return {"trl": trl_split(args.model_dir, args.steps, args.skip),
+            "objbench": objbench_split(args.model_dir, args.steps, args.skip, args.threads)}
+
+
+def write_split(args) -> int:
+    """--split-only: the per-phase split alone (into OUT/trl_parity_split.md and .json)."""
+    split = phase_split(args)
+    text = render_split(split)
+    print(text)
+    if args.out:
+        out = Path(args.out)
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "trl_parity_split.md").write_text(text)
+        (out / "trl_parity_split.json").write_text(json.dumps({"split": split, "argv": sys.argv,
+                                                               "versions": TP.versions()}, indent=1))
+    return 0
+
+
+def render_split(split: dict) -> str:
+    lines = ["", "Where a step's time goes (seconds per step, medians after the warm-up steps; one run each, after the "
+             "timed runs):", ""]
+    for kind, parts in split.items():
+        total = parts["total"]
+        cells = ", ".join(f"{k} {v:.2f} s ({v / total:.0%})" for k, v in parts.items() if k != "total")
+        lines.append(f"- {kind}: {total:.2f} s/step: {cells}")
+    return "\n".join(lines) + "\n"
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--model-dir", required=True, help="the SmolLM2 folder (objbench models fetch ...)")
@@ -238,6 +310,8 @@ def main(argv=None) -> int:
     ap.add_argument("--skip", type=int, default=2, help="warm-up steps dropped from each run's median")
     ap.add_argument("--threads", type=int, default=2, help="torch threads in each run")
     ap.add_argument("--numerics-only", action="store_true")
+    ap.add_argument("--split-only", action="store_true",
+                    help="only where each side's step time goes (the full run ends with it too)")
     ap.add_argument("--out", default="", help="also write the table and raw numbers to this folder")
     ap.add_argument("--worker", choices=list(KINDS), help=argparse.SUPPRESS)
     ap.add_argument("--beta", type=float, default=0.0, help=argparse.SUPPRESS)
@@ -252,6 +326,8 @@ def main(argv=None) -> int:
         print(f"{args.model_dir}: no model folder (objbench models fetch smollm2-135m-instruct DIR)", file=sys.stderr)
         return 2
     torch.set_num_threads(args.threads)
+    if args.split_only:
+        return write_split(args)
     checks = [numerics(args.model_dir, beta) for beta in (0.0, 0.04)]
     for c in checks:
         print(f"numerics beta={c['beta']}: |loss diff| {c['loss_abs_diff']:.1e}, max |grad diff| "
@@ -261,15 +337,16 @@ def main(argv=None) -> int:
     if args.numerics_only:
         return 0
     runs = timed_runs(args)
+    split = phase_split(args)
     versions = TP.versions()
-    text = render(runs, checks, args, versions)
+    text = render(runs, checks, args, versions) + render_split(split)
     print(text)
     if args.out:
         out = Path(args.out)
         out.mkdir(parents=True, exist_ok=True)
         (out / "trl_parity_real.md").write_text(text)
-        (out / "trl_parity_real.json").write_text(json.dumps({"runs": runs, "numerics": checks, "argv": sys.argv,
-                                                              "versions": versions}, indent=1))
+        (out / "trl_parity_real.json").write_text(json.dumps({"runs": runs, "numerics": checks, "split": split,
+                                                              "argv": sys.argv, "versions": versions}, indent=1))
     return 0
 
 
