@@ -58,9 +58,7 @@ def load_battery(path: str | Path | None = None) -> Battery:
     sweep = data["sweep"]
     if not isinstance(sweep, dict) or set(sweep) != {"base", "arms"} or not isinstance(sweep["arms"], dict):
         raise ConfigError(f"{path}: sweep: needs base (a config file) and arms (a mapping of arm -> settings)")
-    seeds = data["seeds"]
-    if isinstance(seeds, bool) or not isinstance(seeds, int) or seeds < 2:
-        raise ConfigError(f"{path}: seeds must be an integer >= 2 (an interval needs two), got {seeds!r}")
+    seeds = check_seeds(data["seeds"], f"{path}: seeds")
     try:
         measures = parse_measures(data["measures"], list(sweep["arms"]), f"{path}: measures")
     except ValueError as e:
@@ -114,6 +112,45 @@ def card_spec(battery: Battery, settings: dict, name: str, seeds: int) -> dict:
             "seeds": seeds, "set": dict(settings), "arms": battery.arms}
 
 
+def check_seeds(seeds, what: str = "--seeds") -> int:
+    """A seed count of at least 2 (an interval needs two); ConfigError otherwise."""
+    if isinstance(seeds, bool) or not isinstance(seeds, int) or seeds < 2:
+        raise ConfigError(f"{what} must be an integer >= 2 (an interval needs two), got {seeds!r}")
+    return seeds
+
+
+def checked_sweep(spec: dict, out_dir: Path, runs: str | None, imports=(), force: bool = False):
+    """(sweep, spec text) of a generated spec, checked before any folder: a clean tree when ``out_dir`` is in the
+    committed results/, every run's config (the sweep loader); the runs go to ``runs`` or ``out_dir``/runs."""
+    import tempfile
+
+    from objbench.analysis.provenance import DirtyTreeError, check_clean
+    from objbench.experiments.sweep import load_sweep
+
+    try:
+        check_clean(out_dir, force=force)
+    except DirtyTreeError as e:
+        raise ConfigError(str(e)) from None
+    text = yaml.safe_dump(spec, sort_keys=False)
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "spec.yaml"
+        path.write_text(text)
+        sw = load_sweep(path, out_dir=str(Path(runs).resolve() if runs else out_dir / "runs"), imports=list(imports))
+    return sw, text
+
+
+def run_kept(sw, text: str, out_dir: Path, spec_name: str, *, workers: int | None, command: str) -> Path:
+    """Keep the checked spec in ``out_dir`` (the sweep folder's sweep.yaml copies it from there), then run (or
+    resume) the sweep without a report; returns the sweep folder."""
+    from objbench.experiments.sweep import run_sweep
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    spec_path = out_dir / spec_name
+    spec_path.write_text(text)
+    sw.spec = dataclasses.replace(sw.spec, path=spec_path)
+    return run_sweep(sw, workers=workers, command=command, report=False)
+
+
 @dataclass
 class CardJob:
     """A card, checked and ready to run: its sweep (every run config resolved), where it writes, how it was asked."""
@@ -131,27 +168,12 @@ def prepare_card(overrides: list[str], *, imports: list[str] = (), out: str | No
                  seeds: int | None = None, battery: str | None = None, force: bool = False) -> CardJob:
     """Everything checked before any compute or folder: the battery, the settings, every run's config (the
     sweep loader), and (into the committed results/) a clean tree. ConfigError names the problem."""
-    import tempfile
-
-    from objbench.analysis.provenance import DirtyTreeError, check_clean
-    from objbench.experiments.sweep import load_sweep
-
     b = load_battery(battery)
     settings = user_settings(list(overrides), b)
     name = card_name(settings)
-    n_seeds = b.seeds if seeds is None else seeds
-    if isinstance(n_seeds, bool) or not isinstance(n_seeds, int) or n_seeds < 2:
-        raise ConfigError(f"--seeds must be an integer >= 2 (an interval needs two), got {seeds!r}")
+    n_seeds = check_seeds(b.seeds if seeds is None else seeds)
     out_dir = Path(out or Path("results/runs/cards") / name).resolve()
-    try:
-        check_clean(out_dir, force=force)
-    except DirtyTreeError as e:
-        raise ConfigError(str(e)) from None
-    spec_text = yaml.safe_dump(card_spec(b, settings, name, n_seeds), sort_keys=False)
-    with tempfile.TemporaryDirectory() as tmp:
-        path = Path(tmp) / "card_spec.yaml"
-        path.write_text(spec_text)
-        sw = load_sweep(path, out_dir=str(Path(runs).resolve() if runs else out_dir / "runs"), imports=list(imports))
+    sw, spec_text = checked_sweep(card_spec(b, settings, name, n_seeds), out_dir, runs, imports, force)
     command = "objbench card " + " ".join(shlex.quote(a) for a in sys.argv[2:]) if sys.argv[1:2] == ["card"] else ""
     return CardJob(b, settings, name, sw, out_dir, spec_text, command)
 
@@ -161,14 +183,10 @@ def run_card(job: CardJob, *, workers: int | None = None) -> Path:
     from objbench.analysis.card_report import write_card
     from objbench.analysis.load import load_runs
     from objbench.experiments.provenance import cpu_signature
-    from objbench.experiments.sweep import run_sweep
 
     t0 = time.time()
-    job.out.mkdir(parents=True, exist_ok=True)
-    spec_path = job.out / "card_spec.yaml"  # the checked spec, now kept beside the card (sweep.yaml copies it)
-    spec_path.write_text(job.spec_text)
-    job.sweep.spec = dataclasses.replace(job.sweep.spec, path=spec_path)
-    folder = run_sweep(job.sweep, workers=workers, command=job.command or f"objbench card {job.name}", report=False)
+    folder = run_kept(job.sweep, job.spec_text, job.out, "card_spec.yaml", workers=workers,
+                      command=job.command or f"objbench card {job.name}")
     runs = load_runs(folder)
     return write_card(runs, job.battery.measures, job.out, name=job.name, settings=job.settings,
                       plugins=job.sweep.plugins, command=job.command, seconds=time.time() - t0,

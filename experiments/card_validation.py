@@ -9,13 +9,12 @@ read it), so one resumable command validates the whole battery.
 from __future__ import annotations
 
 import dataclasses
-import tempfile
 import time
 from pathlib import Path
 
 import yaml
 
-from objbench.experiments.card import Battery, load_battery
+from objbench.experiments.card import Battery, check_seeds, checked_sweep, load_battery, run_kept
 from objbench.experiments.errors import ConfigError
 
 VALIDATION_FILE = Path(__file__).resolve().parent / "cards" / "validation.yaml"
@@ -78,24 +77,11 @@ class ValidationJob:
 def prepare_validation(out: str | None, *, seeds: int | None = None, battery: str | None = None,
                        validation: str | None = None, runs: str | None = None, force: bool = False) -> ValidationJob:
     """Everything checked (files, every run's config, a clean tree for results/) before any folder is written."""
-    from objbench.analysis.provenance import DirtyTreeError, check_clean
-    from objbench.experiments.sweep import load_sweep
-
     b = load_battery(battery)
     v = load_validation(validation, b)
-    n = v.seeds if seeds is None else seeds
-    if isinstance(n, bool) or not isinstance(n, int) or n < 2:
-        raise ConfigError(f"--seeds must be an integer >= 2, got {seeds!r}")
+    n = check_seeds(v.seeds if seeds is None else seeds)
     out_dir = Path(out or "results/runs/cards/validation").resolve()
-    try:
-        check_clean(out_dir, force=force)
-    except DirtyTreeError as e:
-        raise ConfigError(str(e)) from None
-    text = yaml.safe_dump(validation_spec(b, v, n), sort_keys=False)
-    with tempfile.TemporaryDirectory() as tmp:
-        (Path(tmp) / "validation_spec.yaml").write_text(text)
-        runs_dir = str(Path(runs).resolve()) if runs else str(out_dir / "runs")
-        sw = load_sweep(Path(tmp) / "validation_spec.yaml", out_dir=runs_dir)
+    sw, text = checked_sweep(validation_spec(b, v, n), out_dir, runs, force=force)
     return ValidationJob(b, v, n, sw, out_dir, text)
 
 
@@ -105,14 +91,11 @@ def run_validation(job: ValidationJob, *, workers: int | None = None) -> Path:
     from objbench.analysis.data import write_data
     from objbench.analysis.load import load_runs
     from objbench.analysis.provenance import git_state
-    from objbench.experiments.sweep import run_sweep
 
     t0 = time.time()
     out_dir, v, n = job.out, job.validation, job.seeds
-    out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / "validation_spec.yaml").write_text(job.spec_text)
-    job.sweep.spec = dataclasses.replace(job.sweep.spec, path=out_dir / "validation_spec.yaml")
-    folder = run_sweep(job.sweep, workers=workers, command="objbench card --validate", report=False)
+    folder = run_kept(job.sweep, job.spec_text, out_dir, "validation_spec.yaml", workers=workers,
+                      command="objbench card --validate")
     loaded = load_runs(folder)
     card_seeds = min(v.card_seeds, n)
     table = score_controls(loaded, job.battery.measures, v.controls, card_seeds)
