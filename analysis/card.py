@@ -20,6 +20,7 @@ card says how many seeds each score has.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any, Sequence
 
@@ -129,18 +130,31 @@ def seed_values(runs, m: Measure) -> pd.Series:
     return values[np.isfinite(values)].sort_index()
 
 
-def score_card(runs, measures: Sequence[Measure]) -> pd.DataFrame:
-    """card.csv's table: per measure its mean over seeds, the 95% t interval and the seed count."""
-    rows = []
-    for m in measures:
-        iv = t_interval(seed_values(runs, m).to_numpy())
-        rows.append({"name": m.name, "diagnostic": m.diagnostic, "score": iv.point, "low": iv.low, "high": iv.high,
-                     "seeds": iv.n, "unit": m.unit, "high_means": m.high, "signed": m.signed})
-    return pd.DataFrame(rows, columns=CARD_COLUMNS)
-
-
 def per_seed_table(runs, measures: Sequence[Measure]) -> pd.DataFrame:
     """Every measure's value per seed, long form (measure, seed, value): the card's own data, kept beside it."""
     parts = [pd.DataFrame({"measure": m.name, "seed": v.index.astype(int), "value": v.to_numpy()})
              for m in measures for v in [seed_values(runs, m)]]
     return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=["measure", "seed", "value"])
+
+
+def score_table(per_seed: pd.DataFrame, measures: Sequence[Measure]) -> pd.DataFrame:
+    """card.csv's table from :func:`per_seed_table`'s: per measure its mean over seeds, the 95% t interval and the
+    seed count."""
+    rows = []
+    for m in measures:
+        iv = t_interval(per_seed.loc[per_seed["measure"] == m.name, "value"].to_numpy(dtype=float))
+        rows.append({"name": m.name, "diagnostic": m.diagnostic, "score": iv.point, "low": iv.low, "high": iv.high,
+                     "seeds": iv.n, "unit": m.unit, "high_means": m.high, "signed": m.signed})
+    return pd.DataFrame(rows, columns=CARD_COLUMNS)
+
+
+def score_card(runs, measures: Sequence[Measure]) -> pd.DataFrame:
+    """card.csv's table straight from the runs."""
+    return score_table(per_seed_table(runs, measures), measures)
+
+
+def format_score(x: float) -> str:
+    """A score for card.md and validation.md: 3 significant digits, 1e-4 style below 0.001, n/a when not finite."""
+    if not math.isfinite(x):
+        return "n/a"
+    return f"{x:.3g}" if abs(x) >= 1e-3 or x == 0 else f"{x:.1e}"

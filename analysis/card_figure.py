@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
-from objbench.analysis.plots import MAX_COLUMNS, PANEL_SIZE, arm_colors
+from objbench.analysis.plots import MAX_COLUMNS, PANEL_SIZE, arm_colors, grid_figure
 
 
 def _rows(table: pd.DataFrame, refs: Mapping[str, pd.DataFrame], name: str) -> list[tuple[str, pd.Series | None]]:
@@ -48,14 +48,15 @@ def _draw_panel(ax, rows, colors, first_column: bool, signed: bool) -> None:
 
 
 def plot_card(table: pd.DataFrame, refs: Mapping[str, pd.DataFrame], title: str = "") -> Figure:
-    """The card's grid (at most MAX_COLUMNS panels across, PANEL_SIZE inches each)."""
+    """The card's grid (at most MAX_COLUMNS panels across, PANEL_SIZE inches each; analysis.plots.grid_figure's
+    fixed margins, the left one wide enough for the row labels)."""
     names = list(table["name"])
     ncols = min(MAX_COLUMNS, max(1, len(names)))
     nrows = math.ceil(len(names) / ncols)
     colors = arm_colors(list(refs))
-    w, h = PANEL_SIZE
-    fig = Figure(figsize=(w * ncols + 0.9, h * nrows + 0.5), layout="constrained")
-    axes = fig.subplots(nrows, ncols, squeeze=False)
+    label_chars = max(len(label) for label in ["this card", *refs])
+    fig, axes = grid_figure(nrows, ncols, PANEL_SIZE, top_in=0.6 if title else 0.35, bottom_in=0.4,
+                            left=0.25 + 0.068 * label_chars, wgap=0.35, hgap=0.7)
     by_name = table.set_index("name")
     for k, ax in enumerate(axes.flat):
         if k >= len(names):
@@ -66,5 +67,5 @@ def plot_card(table: pd.DataFrame, refs: Mapping[str, pd.DataFrame], title: str 
         _draw_panel(ax, _rows(table, refs, name), colors, k % ncols == 0, bool(row["signed"]))
         ax.set_title(f"{row['diagnostic']}: {name}", fontsize=8)
     if title:
-        fig.suptitle(title, fontsize=10)
+        fig.suptitle(title, fontsize=10, y=1 - 0.1 / fig.get_figheight(), va="top")
     return fig

@@ -13,7 +13,7 @@ from typing import Sequence
 
 import pandas as pd
 
-from objbench.analysis.card import CARD_COLUMNS, Measure, per_seed_table, score_card
+from objbench.analysis.card import CARD_COLUMNS, Measure, format_score, per_seed_table, score_table
 
 REFERENCES_DIR = Path("results/cards")
 """Where reference cards are read from (relative to the working directory: the repository root)."""
@@ -35,14 +35,8 @@ def read_references(root: str | Path = REFERENCES_DIR, exclude: Path | None = No
     return refs
 
 
-def _num(x: float) -> str:
-    if not math.isfinite(x):
-        return "n/a"
-    return f"{x:.3g}" if abs(x) >= 1e-3 or x == 0 else f"{x:.1e}"
-
-
 def _interval(row) -> str:
-    return f"{_num(row['score'])} [{_num(row['low'])}, {_num(row['high'])}]"
+    return f"{format_score(row['score'])} [{format_score(row['low'])}, {format_score(row['high'])}]"
 
 
 def efficiency_line(table: pd.DataFrame) -> str:
@@ -54,7 +48,8 @@ def efficiency_line(table: pd.DataFrame) -> str:
     if not (math.isfinite(gain["low"]) and (gain["low"] > 0 or gain["high"] < 0)):
         return ("Drift efficiency: the accuracy gain's interval includes 0, so no KL-per-gain ratio is given; read "
                 "KL and gain side by side.")
-    return (f"Drift efficiency: {_num(kl['score'] / gain['score'])} nats/token of KL(pi || ref) per unit of held-out "
+    ratio = format_score(kl["score"] / gain["score"])
+    return (f"Drift efficiency: {ratio} nats/token of KL(pi || ref) per unit of held-out "
             f"pass@1 gained (ratio of the two means; the gain's interval excludes 0).")
 
 
@@ -65,7 +60,7 @@ def measures_table(table: pd.DataFrame, refs: dict[str, pd.DataFrame]) -> list[s
     ref_scores = {n: r.set_index("name")["score"] for n, r in refs.items()}
     for _, row in table.iterrows():
         cells = [row["diagnostic"], row["name"], _interval(row), str(row["seeds"]),
-                 *(_num(ref_scores[n].get(row["name"], float("nan"))) for n in names)]
+                 *(format_score(ref_scores[n].get(row["name"], float("nan"))) for n in names)]
         lines.append("| " + " | ".join(cells) + " |")
     return lines
 
@@ -131,9 +126,10 @@ def write_card(runs, measures: Sequence[Measure], out: str | Path, *, name: str,
 
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    table = score_card(runs, measures)
+    per_seed = per_seed_table(runs, measures)  # each measure's values computed once, for both files
+    table = score_table(per_seed, measures)
     table.to_csv(out / "card.csv", index=False, lineterminator="\n")
-    per_seed_table(runs, measures).to_csv(out / "card_seeds.csv", index=False, lineterminator="\n")
+    per_seed.to_csv(out / "card_seeds.csv", index=False, lineterminator="\n")
     write_data(runs, out, source={"card": name, "settings": settings})
     refs = read_references(references, exclude=out)
     fig = plot_card(table, refs, title=f"score card: {name}")

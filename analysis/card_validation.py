@@ -14,7 +14,7 @@ from typing import Sequence
 
 import pandas as pd
 
-from objbench.analysis.card import Measure, seed_values
+from objbench.analysis.card import Measure, format_score, seed_values
 from objbench.analysis.inference import permutation_test, t_interval
 
 VALIDATION_COLUMNS = ["measure", "diagnostic", "low", "high", "low_mean", "high_mean", "difference", "ci_low",
@@ -56,11 +56,8 @@ def score_controls(runs, measures: Sequence[Measure], controls: Sequence[dict], 
     return pd.DataFrame(rows, columns=VALIDATION_COLUMNS)
 
 
-def _f(x: float) -> str:
-    return "n/a" if not math.isfinite(x) else (f"{x:.3g}" if abs(x) >= 1e-3 or x == 0 else f"{x:.1e}")
-
-
 def render_validation(table: pd.DataFrame, provenance: Sequence[str], card_seeds: int) -> str:
+    f = format_score
     ok = int(table["validated"].sum())
     diags = table.groupby("diagnostic")["validated"].any()
     lines = ["# Card battery validation", "", *provenance, "",
@@ -71,9 +68,9 @@ def render_validation(table: pd.DataFrame, provenance: Sequence[str], card_seeds
              "[95% t] | permutation p | seeds | validated | first "
              f"{card_seeds} seeds [95% t] |", "|---|---|---|---|---|---|---|---|---|---|---|"]
     for _, r in table.iterrows():
-        lines.append(f"| {r['diagnostic']} | {r['measure']} | {r['low']} | {r['high']} | {_f(r['low_mean'])} | "
-                     f"{_f(r['high_mean'])} | {_f(r['difference'])} [{_f(r['ci_low'])}, {_f(r['ci_high'])}] | "
-                     f"{_f(r['p_permutation'])} | {r['seeds']} | {'yes' if r['validated'] else '**no**'} | "
-                     f"[{_f(r['card_ci_low'])}, {_f(r['card_ci_high'])}]"
+        lines.append(f"| {r['diagnostic']} | {r['measure']} | {r['low']} | {r['high']} | {f(r['low_mean'])} | "
+                     f"{f(r['high_mean'])} | {f(r['difference'])} [{f(r['ci_low'])}, {f(r['ci_high'])}] | "
+                     f"{f(r['p_permutation'])} | {r['seeds']} | {'yes' if r['validated'] else '**no**'} | "
+                     f"[{f(r['card_ci_low'])}, {f(r['card_ci_high'])}]"
                      f"{'' if r['card_separates'] else ' (not separated)'} |")
     return "\n".join(lines) + "\n"

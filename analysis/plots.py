@@ -28,6 +28,7 @@ __all__ = [
     "PANEL_SIZE",
     "LINE_STYLES",
     "save_figure",
+    "grid_figure",
     "plot_paired_differences",
     "Panel",
     "TRAINING_PANELS",
@@ -221,7 +222,7 @@ def plot_panels(panels: Sequence[tuple[str, str, pd.DataFrame | None] | None], c
     nrows = -(-n // ncols)
     per_row = legend_per_row(colors, ncols * panel_size[0])
     legend_rows = max(1, -(-len(colors) // per_row))  # room below the panels for every legend row
-    fig, axes = _grid_figure(nrows, ncols, panel_size, top_in=0.95 if title else 0.55,
+    fig, axes = grid_figure(nrows, ncols, panel_size, top_in=0.95 if title else 0.55,
                              bottom_in=0.95 + 0.28 * (legend_rows - 1), sharey=sharey)
     seen: dict[str, tuple] = {}  # arm -> (handle, largest n in any panel)
     for i, panel in enumerate(panels):
@@ -262,7 +263,7 @@ def legend_per_row(arms, width_in: float) -> int:
     return max(1, min(6, int(width_in // (0.6 + 0.085 * longest))))
 
 
-def _grid_figure(nrows: int, ncols: int, panel_size: tuple[float, float], top_in: float, bottom_in: float,
+def grid_figure(nrows: int, ncols: int, panel_size: tuple[float, float], top_in: float, bottom_in: float,
                  sharey: bool = False, left: float = 0.85, wgap: float = 0.95, hgap: float = 1.05):
     """Figure with a grid of axes and fixed margins in inches (room for y labels, two-line titles, x labels and a
     legend row below; ``left``, ``wgap``, ``hgap``: the left margin and the gaps between panels). Fixed margins
@@ -345,7 +346,7 @@ def plot_paired_differences(table: pd.DataFrame, colors: Mapping[str, tuple], ti
     names = list(pd.unique(table["comparison"]))
     ncols = min(MAX_COLUMNS, len(endpoints))
     nrows = -(-len(endpoints) // ncols)
-    fig, axes = _grid_figure(nrows, ncols, (PANEL_SIZE[0], 0.4 * len(names) + 0.5), top_in=0.7 if title else 0.4,
+    fig, axes = grid_figure(nrows, ncols, (PANEL_SIZE[0], 0.4 * len(names) + 0.5), top_in=0.7 if title else 0.4,
                              bottom_in=0.6, left=0.25 + 0.068 * max(len(n) for n in names), wgap=0.35, hgap=0.95)
     for i, (ax, endpoint) in enumerate(zip(axes.flat, endpoints)):
         rows = table[table["endpoint"] == endpoint].set_index("comparison").reindex(names).reset_index()
