@@ -258,17 +258,35 @@ def _child(args) -> int:
     return 0
 
 
-def _spawn(kind: str, model_dir: str, beta: float, steps: int, threads: int) -> dict:
+def add_worker_arguments(ap: argparse.ArgumentParser, kinds) -> None:
+    """The hidden arguments spawn_worker passes to a benchmark's own module (besides --model-dir, --steps,
+    --threads, which the benchmark also takes from users)."""
+    ap.add_argument("--worker", choices=list(kinds), help=argparse.SUPPRESS)
+    ap.add_argument("--beta", type=float, default=0.0, help=argparse.SUPPRESS)
+    ap.add_argument("--result", help=argparse.SUPPRESS)
+
+
+def trl_missing() -> bool:
+    """True (and says how to install it) when TRL is not importable."""
+    if importlib.util.find_spec("trl") is None:
+        print("TRL is not installed: pip install -e '.[trl]'", file=sys.stderr)
+        return True
+    return False
+
+
+def spawn_worker(module: str, kind: str, model_dir: str, beta: float, steps: int, threads: int) -> dict:
+    """Run ``python -m module --worker kind ...`` in a fresh process (its peak RSS its own) and return the result
+    it wrote; RuntimeError with the end of its stderr when it fails."""
     with tempfile.NamedTemporaryFile(suffix=".json", delete=False) as f:
-        out = f.name
-    cmd = [sys.executable, "-m", "benchmarks.trl_parity", "--worker", kind, "--model-dir", model_dir,
-           "--beta", str(beta), "--steps", str(steps), "--result", out, "--threads", str(threads)]
+        out = Path(f.name)
+    cmd = [sys.executable, "-m", module, "--worker", kind, "--model-dir", model_dir,
+           "--beta", str(beta), "--steps", str(steps), "--result", str(out), "--threads", str(threads)]
     env = {**os.environ, "TOKENIZERS_PARALLELISM": "false", "TRANSFORMERS_VERBOSITY": "error"}
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
     if proc.returncode != 0:
         raise RuntimeError(f"{kind} run failed (beta={beta}):\n{proc.stderr[-3000:]}")
-    res = json.loads(Path(out).read_text())
-    os.unlink(out)
+    res = json.loads(out.read_text())
+    out.unlink()
     return res
 
 
@@ -288,15 +306,12 @@ def main(argv=None) -> int:
     ap.add_argument("--settings", default="0,0.04", help="comma-separated betas")
     ap.add_argument("--numerics-only", action="store_true")
     ap.add_argument("--out", default="", help="also write the table and raw numbers to this folder")
-    ap.add_argument("--worker", choices=list(KINDS), help=argparse.SUPPRESS)
     ap.add_argument("--model-dir", help=argparse.SUPPRESS)
-    ap.add_argument("--beta", type=float, help=argparse.SUPPRESS)
-    ap.add_argument("--result", help=argparse.SUPPRESS)
+    add_worker_arguments(ap, KINDS)
     args = ap.parse_args(argv)
     if args.worker:
         return _child(args)
-    if importlib.util.find_spec("trl") is None:
-        print("TRL is not installed: pip install -e '.[trl]'", file=sys.stderr)
+    if trl_missing():
         return 2
     betas = [float(b) for b in args.settings.split(",")]
     with tempfile.TemporaryDirectory() as tmp:
@@ -321,7 +336,7 @@ def main(argv=None) -> int:
             for beta in betas:
                 order = KINDS[r % 3:] + KINDS[:r % 3]  # rotate, so no kind always runs first or last
                 for kind in order:
-                    res = _spawn(kind, str(model_dir), beta, args.steps, args.threads)
+                    res = spawn_worker("benchmarks.trl_parity", kind, str(model_dir), beta, args.steps, args.threads)
                     med = statistics.median(res["times"][args.skip:])
                     res["median_s"] = med
                     runs[(kind, beta)].append(res)

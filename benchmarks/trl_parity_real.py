@@ -26,11 +26,8 @@ of each run are dropped; a run's figure is its median step, a setting's the medi
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
-import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -210,16 +207,7 @@ def _child(args) -> int:
 
 
 def _spawn(kind: str, args) -> dict:
-    with tempfile.NamedTemporaryFile(suffix=".json", delete=False) as f:
-        out = Path(f.name)
-    cmd = [sys.executable, "-m", "benchmarks.trl_parity_real", "--worker", kind, "--model-dir", args.model_dir,
-           "--beta", "0", "--steps", str(args.steps), "--result", str(out), "--threads", str(args.threads)]
-    env = {**os.environ, "TOKENIZERS_PARALLELISM": "false", "TRANSFORMERS_VERBOSITY": "error"}
-    proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
-    if proc.returncode != 0:
-        raise RuntimeError(f"{kind} run failed:\n{proc.stderr[-3000:]}")
-    res = json.loads(out.read_text())
-    out.unlink()
+    res = TP.spawn_worker("benchmarks.trl_parity_real", kind, args.model_dir, 0.0, args.steps, args.threads)
     res["median_s"] = statistics.median(res["times"][args.skip:])
     return res
 
@@ -313,14 +301,11 @@ def main(argv=None) -> int:
     ap.add_argument("--split-only", action="store_true",
                     help="only where each side's step time goes (the full run ends with it too)")
     ap.add_argument("--out", default="", help="also write the table and raw numbers to this folder")
-    ap.add_argument("--worker", choices=list(KINDS), help=argparse.SUPPRESS)
-    ap.add_argument("--beta", type=float, default=0.0, help=argparse.SUPPRESS)
-    ap.add_argument("--result", help=argparse.SUPPRESS)
+    TP.add_worker_arguments(ap, KINDS)
     args = ap.parse_args(argv)
     if args.worker:
         return _child(args)
-    if importlib.util.find_spec("trl") is None:
-        print("TRL is not installed: pip install -e '.[trl]'", file=sys.stderr)
+    if TP.trl_missing():
         return 2
     if not (Path(args.model_dir) / "config.json").is_file():
         print(f"{args.model_dir}: no model folder (objbench models fetch smollm2-135m-instruct DIR)", file=sys.stderr)
