@@ -71,8 +71,36 @@ def definitions(measures: Sequence[Measure], table: pd.DataFrame) -> list[str]:
             f"{unit.loc[m.name, 'high_means']}." for m in measures]
 
 
-def provenance_lines(name: str, settings: dict, plugins, command: str, seconds: float, battery: Path,
-                     runs, cpu: str) -> list[str]:
+def _present(v):
+    """A meta value as read from run folders or a data file: None for missing (NaN, empty)."""
+    return None if v is None or (isinstance(v, float) and math.isnan(v)) or v == "" else v
+
+
+def runs_line(runs) -> str:
+    """Where the runs came from, from their own meta: the commit(s) they were made at and their wall time (summed,
+    and first start to last end), so a card re-scored from its data still says how it was made."""
+    from objbench.analysis.provenance import format_seconds, wall_time
+
+    cfg = runs.configs
+
+    def col(name: str) -> list:
+        return list(cfg[name]) if name in cfg.columns else [None] * len(cfg)
+
+    commits = sorted({str(c)[:12] for c in map(_present, col("meta.commit")) if c is not None})
+    recs = [{"start": _present(a), "end": _present(b), "resumed_from_step": _present(r)}
+            for a, b, r in zip(col("meta.start"), col("meta.end"), col("meta.resumed_from_step"))]
+    w = wall_time(recs)
+    cpus = sorted({str(c) for c in map(_present, col("meta.versions.cpu")) if c is not None})
+    resumed = f", {w['runs_resumed']} resumed after a stop" if w["runs_resumed"] else ""
+    return (f"- Runs made at commit {', '.join(commits) or 'not recorded'} on CPU {'; '.join(cpus) or 'not recorded'}"
+            f"; run wall time {format_seconds(w['total_s'])} summed over {w['runs_timed']} timed runs, "
+            f"{format_seconds(w['span_s'])} first start to last end{resumed}")
+
+
+def provenance_lines(name: str, settings: dict, source: dict, command: str, seconds: float, battery: Path,
+                     runs) -> list[str]:
+    """The card's header: objective, battery, the runs' commit and time, this invocation's code state, command and
+    time, the original command and plug-ins (from ``source``, stored with the data)."""
     from objbench.analysis.provenance import format_seconds, git_state, library_versions
 
     git = git_state()
@@ -83,13 +111,24 @@ def provenance_lines(name: str, settings: dict, plugins, command: str, seconds: 
              + (", ".join(f"`{k}={v}`" for k, v in settings.items()) or "the grpo preset as it is"),
              f"- Battery: `{battery.name}` ({len(runs.configs)} runs, seeds {seeds[0]}-{seeds[-1]})" if seeds else
              f"- Battery: `{battery.name}` (no runs)",
-             f"- Commit {git['commit'] or 'unknown'}{dirty}; "
-             f"{versions}; CPU {cpu or 'not recorded'}",
-             f"- Command: `{command or 'objbench card'}`; wall time of this invocation {format_seconds(seconds)} "
-             "(runs already finished by an earlier invocation are read, not rerun)"]
-    for p in plugins or ():
-        lines.append(f"- Plug-in `{p.spec}` ({p.kind}" + (f", sha256 {p.sha256}" if p.sha256 else "") + ")")
+             runs_line(runs),
+             f"- Card written at commit {git['commit'] or 'unknown'}{dirty}; {versions}"]
+    made_by = source.get("command") or f"objbench card {name}"
+    if command and command != made_by:
+        lines.append(f"- Command: `{command}` ({format_seconds(seconds)}), re-scoring the runs made by `{made_by}`")
+    else:
+        lines.append(f"- Command: `{made_by}`; wall time of this invocation {format_seconds(seconds)} (runs already "
+                     "finished by an earlier invocation are read, not rerun)")
+    for p in source.get("plugins") or ():
+        lines.append(f"- Plug-in `{p['spec']}` ({p['kind']}" + (f", sha256 {p['sha256']}" if p.get("sha256") else "")
+                     + ")")
     return lines
+
+
+def card_source(name: str, settings: dict, command: str, plugins=()) -> dict:
+    """What is stored with a card's data (runs_meta.json "source") so ``objbench card --from-data`` can re-score it."""
+    return {"card": name, "settings": dict(settings), "command": command,
+            "plugins": [{"spec": p.spec, "kind": p.kind, "sha256": p.sha256} for p in plugins or ()]}
 
 
 SCALE_NOTE = (
@@ -116,24 +155,45 @@ def render_card(name: str, table: pd.DataFrame, measures: Sequence[Measure], ref
     return "\n".join(lines) + "\n"
 
 
-def write_card(runs, measures: Sequence[Measure], out: str | Path, *, name: str, settings: dict, plugins=(),
-               command: str = "", seconds: float = float("nan"), battery: Path = Path("battery.yaml"),
-               references: str | Path = REFERENCES_DIR, cpu: str = "") -> Path:
-    """Score ``runs`` and write the card's files into ``out``; returns card.md's path."""
+def place_data(runs, out: Path, source: dict, data_from: str | Path | None = None):
+    """Put the runs' data (runs.csv.gz, runs_meta.json) into ``out`` and return the runs as read back from it, so a
+    card scores exactly what a reader of its data file sees. Runs read from a data file (``data_from``: its folder)
+    are not rewritten: the files are copied when ``out`` is another folder."""
+    import shutil
+
+    from objbench.analysis.data import DATA_FILE, data_paths, read_data, write_data
+
+    if data_from is None:
+        write_data(runs, out, source=source)
+        return read_data(out / DATA_FILE)
+    if Path(data_from).resolve() != out.resolve():
+        for f in data_paths(Path(data_from) / DATA_FILE):
+            if f.exists():
+                shutil.copyfile(f, out / f.name)
+    return runs
+
+
+def write_card(runs, measures: Sequence[Measure], out: str | Path, *, source: dict, command: str = "",
+               seconds: float = float("nan"), battery: Path = Path("battery.yaml"),
+               references: str | Path = REFERENCES_DIR, data_from: str | Path | None = None) -> Path:
+    """Score ``runs`` and write the card's files into ``out``; returns card.md's path. ``source``
+    (:func:`card_source`) names the card, its settings, the command that ran it and its plug-ins; it is stored with
+    the data. ``command`` is this invocation's (a re-score from data differs from the one that ran the runs);
+    ``data_from`` is the folder of the data file ``runs`` were read from (None: run folders, whose data is written)."""
     from objbench.analysis.card_figure import plot_card
-    from objbench.analysis.data import write_data
     from objbench.analysis.plots import save_figure
 
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
+    name, settings = source["card"], source["settings"]
+    runs = place_data(runs, out, source, data_from)
     per_seed = per_seed_table(runs, measures)  # each measure's values computed once, for both files
     table = score_table(per_seed, measures)
     table.to_csv(out / "card.csv", index=False, lineterminator="\n")
     per_seed.to_csv(out / "card_seeds.csv", index=False, lineterminator="\n")
-    write_data(runs, out, source={"card": name, "settings": settings})
     refs = read_references(references, exclude=out)
     fig = plot_card(table, refs, title=f"score card: {name}")
     save_figure(fig, out, "card.png", dpi=150)
-    prov = provenance_lines(name, settings, plugins, command, seconds, Path(battery), runs, cpu)
+    prov = provenance_lines(name, settings, source, command, seconds, Path(battery), runs)
     (out / "card.md").write_text(render_card(name, table, measures, refs, prov))
     return out / "card.md"

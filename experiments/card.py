@@ -180,14 +180,60 @@ def prepare_card(overrides: list[str], *, imports: list[str] = (), out: str | No
 
 def run_card(job: CardJob, *, workers: int | None = None) -> Path:
     """Run (or resume) the card's sweep, then score it and write the card into ``job.out``; returns card.md."""
-    from objbench.analysis.card_report import write_card
+    from objbench.analysis.card_report import card_source, write_card
     from objbench.analysis.load import load_runs
-    from objbench.experiments.provenance import cpu_signature
 
     t0 = time.time()
-    folder = run_kept(job.sweep, job.spec_text, job.out, "card_spec.yaml", workers=workers,
-                      command=job.command or f"objbench card {job.name}")
+    command = job.command or f"objbench card {job.name}"
+    folder = run_kept(job.sweep, job.spec_text, job.out, "card_spec.yaml", workers=workers, command=command)
     runs = load_runs(folder)
-    return write_card(runs, job.battery.measures, job.out, name=job.name, settings=job.settings,
-                      plugins=job.sweep.plugins, command=job.command, seconds=time.time() - t0,
-                      battery=job.battery.path, cpu=cpu_signature())
+    source = card_source(job.name, job.settings, command, job.sweep.plugins)
+    return write_card(runs, job.battery.measures, job.out, source=source, command=command,
+                      seconds=time.time() - t0, battery=job.battery.path)
+
+
+def read_card_data(data_dir: str | Path, what: str = "card"):
+    """The runs stored with a committed card (or validation, ``what``) in ``data_dir``: ConfigError naming the
+    problem when the folder holds no such data."""
+    from objbench.analysis.data import DATA_FILE, read_data
+
+    path = Path(data_dir) / DATA_FILE
+    try:
+        runs = read_data(path)
+    except (FileNotFoundError, ValueError) as e:
+        raise ConfigError(f"--from-data {data_dir}: {e}") from None
+    if what not in (runs.meta.get("source") or {}):
+        raise ConfigError(f"--from-data {data_dir}: {path} holds no {what}'s runs (its source is "
+                          f"{runs.meta.get('source')!r})")
+    return runs
+
+
+def check_arms(runs, battery: Battery, data_dir) -> None:
+    """The stored runs were made with this battery's arms (else its measures would read other configurations)."""
+    stored = (runs.meta.get("sweep") or {}).get("arms")
+    if stored is not None and set(stored) != set(battery.arms):
+        raise ConfigError(f"--from-data {data_dir}: its runs have arms {sorted(stored)}, the battery "
+                          f"{battery.path.name} has {sorted(battery.arms)}")
+
+
+def card_from_data(data_dir: str | Path, out: str | None = None, *, battery: str | None = None,
+                   force: bool = False) -> Path:
+    """Re-score a card from its stored data (no training) and write it into ``out`` (default ``data_dir``), drawn
+    beside the reference cards as they are now; returns card.md."""
+    from objbench.analysis.card_report import write_card
+    from objbench.analysis.provenance import DirtyTreeError, check_clean
+
+    t0 = time.time()
+    b = load_battery(battery)
+    runs = read_card_data(data_dir)
+    check_arms(runs, b, data_dir)
+    out_dir = Path(out or data_dir).resolve()
+    try:
+        check_clean(out_dir, force=force)
+    except DirtyTreeError as e:
+        raise ConfigError(str(e)) from None
+    source = dict(runs.meta["source"])
+    command = "objbench card " + " ".join(shlex.quote(a) for a in sys.argv[2:]) if sys.argv[1:2] == ["card"] else (
+        f"objbench card --from-data {data_dir}")
+    return write_card(runs, b.measures, out_dir, source=source, command=command, seconds=time.time() - t0,
+                      battery=b.path, data_from=data_dir)

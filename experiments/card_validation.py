@@ -87,23 +87,52 @@ def prepare_validation(out: str | None, *, seeds: int | None = None, battery: st
 
 def run_validation(job: ValidationJob, *, workers: int | None = None) -> Path:
     """Run (or resume) the controls' sweep and write validation.md/.csv and the data; returns validation.md."""
-    from objbench.analysis.card_validation import render_validation, score_controls
-    from objbench.analysis.data import write_data
     from objbench.analysis.load import load_runs
-    from objbench.analysis.provenance import git_state
 
     t0 = time.time()
-    out_dir, v, n = job.out, job.validation, job.seeds
-    folder = run_kept(job.sweep, job.spec_text, out_dir, "validation_spec.yaml", workers=workers,
+    folder = run_kept(job.sweep, job.spec_text, job.out, "validation_spec.yaml", workers=workers,
                       command="objbench card --validate")
-    loaded = load_runs(folder)
-    card_seeds = min(v.card_seeds, n)
-    table = score_controls(loaded, job.battery.measures, v.controls, card_seeds)
+    return write_validation(load_runs(folder), job.battery, job.validation, job.out,
+                            command="objbench card --validate", seconds=time.time() - t0)
+
+
+def write_validation(runs, battery: Battery, v: Validation, out_dir: Path, *, command: str, seconds: float,
+                     data_from: str | Path | None = None) -> Path:
+    """Score the control pairs of ``runs`` and write validation.md/.csv and the runs' data into ``out_dir``
+    (``data_from``: the folder of the data file ``runs`` were read from, copied rather than rewritten)."""
+    from objbench.analysis.card_report import place_data, runs_line
+    from objbench.analysis.card_validation import render_validation, score_controls
+    from objbench.analysis.provenance import format_seconds, git_state
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    runs = place_data(runs, out_dir, {"card_validation": v.path.name}, data_from)
+    seeds = sorted({int(s) for s in runs.configs["seed"]})
+    card_seeds = min(v.card_seeds, len(seeds))
+    table = score_controls(runs, battery.measures, v.controls, card_seeds)
     table.to_csv(out_dir / "validation.csv", index=False, lineterminator="\n")
-    write_data(loaded, out_dir, source={"card_validation": str(v.path)})
     git = git_state()
-    prov = [f"- Battery `{job.battery.path.name}`, controls `{v.path.name}`, {n} seeds, {len(job.sweep.runs)} runs; "
-            f"commit {git['commit']}{' (dirty tree)' if git['dirty'] else ''}; wall time of this invocation "
-            f"{time.time() - t0:.0f} s"]
+    prov = [f"- Battery `{battery.path.name}`, controls `{v.path.name}`, {len(seeds)} seeds, {len(runs.configs)} runs",
+            runs_line(runs),
+            (f"- Written at commit {git['commit']}{' (dirty tree)' if git['dirty'] else ''} by `{command}` "
+             f"({format_seconds(seconds)} for this invocation)")]
     (out_dir / "validation.md").write_text(render_validation(table, prov, card_seeds))
     return out_dir / "validation.md"
+
+
+def validation_from_data(data_dir: str | Path, out: str | None = None, *, battery: str | None = None,
+                         validation: str | None = None, force: bool = False) -> Path:
+    """Re-score a committed validation from its stored data (no training) into ``out`` (default ``data_dir``)."""
+    from objbench.analysis.provenance import DirtyTreeError, check_clean
+    from objbench.experiments.card import read_card_data
+
+    t0 = time.time()
+    b = load_battery(battery)
+    v = load_validation(validation, b)
+    runs = read_card_data(data_dir, "card_validation")
+    out_dir = Path(out or data_dir).resolve()
+    try:
+        check_clean(out_dir, force=force)
+    except DirtyTreeError as e:
+        raise ConfigError(str(e)) from None
+    return write_validation(runs, b, v, out_dir, command=f"objbench card --validate --from-data {data_dir}",
+                            seconds=time.time() - t0, data_from=data_dir)

@@ -81,6 +81,8 @@ def _cmd_card(args) -> int:
     from objbench.experiments.card import prepare_card, run_card
     from objbench.experiments.sweep import SweepFailed
 
+    if args.from_data is not None:
+        return _card_from_data(args)
     if args.validate:
         return _validate_card(args)
     job = prepare_card(args.overrides, imports=args.imports, out=args.out, runs=args.runs, seeds=args.seeds,
@@ -99,6 +101,25 @@ def _cmd_card(args) -> int:
         print(f"objbench: card {job.name}: {e}", file=sys.stderr)
         return 1
     print(f"{md} ({time.time() - t0:.0f}s)")
+    return 0
+
+
+def _card_from_data(args) -> int:
+    """``objbench card [--validate] --from-data DIR [--out OUT]``: re-score stored runs, no training."""
+    from objbench.experiments.card import card_from_data
+    from objbench.experiments.card_validation import validation_from_data
+    from objbench.experiments.errors import ConfigError
+
+    given = [f for f, v in (("settings", args.overrides), ("--import", args.imports), ("--seeds", args.seeds),
+                            ("--runs", args.runs), ("--dry-run", args.dry_run), ("--workers", args.workers)) if v]
+    if given:
+        raise ConfigError(f"card --from-data re-scores stored runs as they were made; {', '.join(given)} cannot be "
+                          "given with it")
+    if args.validate:
+        print(validation_from_data(args.from_data, args.out, battery=args.battery, validation=args.validation,
+                                   force=args.force))
+    else:
+        print(card_from_data(args.from_data, args.out, battery=args.battery, force=args.force))
     return 0
 
 
@@ -130,6 +151,9 @@ def _add_card_parser(sub) -> None:
                    help="run the battery's control pairs (experiments/cards/validation.yaml) and write validation.md")
     c.add_argument("--battery", default=None, help=argparse.SUPPRESS)
     c.add_argument("--validation", default=None, help=argparse.SUPPRESS)  # tests: a smaller battery file
+    c.add_argument("--from-data", default=None, metavar="DIR",
+                   help="re-score the card (or with --validate the validation) stored in DIR from its runs.csv.gz, "
+                        "without training, and write it into --out (default DIR) beside the reference cards")
     c.add_argument("--force", action="store_true", help="write into the committed results/ from a dirty tree")
     _add_import(c)
     c.add_argument("overrides", nargs="*", help="the objective: objective=PRESET and objective.*, optim.*, sampling "

@@ -122,8 +122,15 @@ def test_bad_card_input_fails_before_any_folder(tmp_path, capsys):
     assert main(["card", "task.name=countdown", "--out", str(out)]) == 2
     assert main(["card", "objective=no_such_preset", "--out", str(out)]) == 2
     assert main(["card", "--seeds", "1", "--out", str(out)]) == 2
-    assert not out.exists()
     assert "a card varies only" in capsys.readouterr().err
+    assert main(["card", "--from-data", str(tmp_path), "--out", str(out)]) == 2  # no runs.csv.gz there
+    assert "runs.csv.gz does not exist" in capsys.readouterr().err
+    assert main(["card", "--from-data", str(tmp_path), "objective=dapo", "--out", str(out)]) == 2
+    assert "settings cannot be given with it" in capsys.readouterr().err
+    study = Path(__file__).resolve().parents[1] / "results" / "temperature_control"  # a study's data, not a card's
+    assert main(["card", "--from-data", str(study), "--out", str(out)]) == 2
+    assert "holds no card's runs" in capsys.readouterr().err
+    assert not out.exists()
 
 
 @pytest.mark.card
@@ -154,6 +161,15 @@ def test_a_whole_card_with_a_reference_and_a_plugin(tmp_path, monkeypatch):
     assert "Plug-in" in md and "sha256" in md
     seeds = pd.read_csv(out / "card_seeds.csv")
     assert set(seeds["measure"]) <= set(table["name"]) and set(seeds["seed"]) == {0, 1}
+
+    # re-scored from its data alone (the run folders gone): the same numbers, the plug-in's hash kept
+    shutil.rmtree(out / "runs")
+    again = tmp_path / "gpg_again"
+    assert main(["card", "--from-data", str(out), "--out", str(again), "--battery", str(battery)]) == 0
+    for f in ("card.csv", "card_seeds.csv", "runs.csv.gz", "runs_meta.json"):
+        assert (again / f).read_bytes() == (out / f).read_bytes(), f
+    md = (again / "card.md").read_text()
+    assert "re-scoring the runs made by `objbench card" in md and "sha256" in md and "Runs made at commit" in md
 
 
 def test_a_control_pair_by_hand():
@@ -203,3 +219,5 @@ def test_a_whole_validation_on_a_small_battery(tmp_path, monkeypatch):
     table = pd.read_csv("val/validation.csv")
     assert len(table) == 12 and set(table["seeds"]) <= {0, 2}
     assert "measures separate their controls" in Path("val/validation.md").read_text()
+    assert main(["card", "--validate", "--from-data", "val", "--out", "val2", "--battery", str(battery)]) == 0
+    assert Path("val2/validation.csv").read_text() == Path("val/validation.csv").read_text()

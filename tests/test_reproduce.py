@@ -114,6 +114,28 @@ def test_committed_study_tables_regenerate_from_its_data(study, tmp_path, monkey
         assert new.read_text() == (committed / name).read_text(), f"{study}: {name} differs from the committed one"
 
 
+CARDS = sorted(p.parent.name for p in (ROOT / "results" / "cards").glob("*/runs.csv.gz"))
+
+
+@pytest.mark.repro
+@pytest.mark.parametrize("card", CARDS)
+def test_committed_card_regenerates_from_its_data(card, tmp_path, monkeypatch):
+    """Every committed score card (and the committed validation of the battery) comes back from its per-run data
+    with `objbench card [--validate] --from-data results/cards/<name>`, table for table."""
+    from objbench.experiments.cli import main
+
+    monkeypatch.chdir(ROOT)
+    committed = ROOT / "results" / "cards" / card
+    validation = (committed / "validation.csv").is_file()
+    args = ["card", *(["--validate"] if validation else []), "--from-data", f"results/cards/{card}", "--out",
+            str(tmp_path)]
+    assert main(args) == 0
+    tables = sorted(p.name for p in committed.glob("*.csv"))
+    assert tables, f"results/cards/{card} has no CSV tables"
+    for name in tables:
+        assert (tmp_path / name).read_text() == (committed / name).read_text(), f"{card}: {name} differs"
+
+
 def test_every_committed_study_keeps_its_data():
     """A study folder (one with a report.md made by `objbench report`) holds the data it was computed from."""
     for report in (ROOT / "results").glob("*/report.md"):
