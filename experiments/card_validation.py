@@ -60,7 +60,7 @@ def validation_spec(battery: Battery, v: Validation, seeds: int) -> dict:
         for arm in {m.term.arm} | ({m.minus.arm} if m.minus else set()):
             for label in (c["low"], c["high"]):
                 arms[arm_name(arm, label)] = {**battery.arms[arm], **v.configs[label]}
-    return {"name": "card_validation", "description": f"card battery controls ({battery.description})",
+    return {"name": f"card_{v.path.stem}", "description": f"card battery controls {v.path.name} ({battery.description})",
             "base": str(battery.base), "seeds": seeds, "set": {"objective": "grpo"}, "arms": arms}
 
 
@@ -80,7 +80,7 @@ def prepare_validation(out: str | None, *, seeds: int | None = None, battery: st
     b = load_battery(battery)
     v = load_validation(validation, b)
     n = check_seeds(v.seeds if seeds is None else seeds)
-    out_dir = Path(out or "results/runs/cards/validation").resolve()
+    out_dir = Path(out or Path("results/runs/cards") / v.path.stem).resolve()
     sw, text = checked_sweep(validation_spec(b, v, n), out_dir, runs, force=force)
     return ValidationJob(b, v, n, sw, out_dir, text)
 
@@ -127,8 +127,8 @@ def validation_from_data(data_dir: str | Path, out: str | None = None, *, batter
 
     t0 = time.time()
     b = load_battery(battery)
-    v = load_validation(validation, b)
     runs = read_card_data(data_dir, "card_validation")
+    v = load_validation(validation or VALIDATION_FILE.parent / runs.meta["source"]["card_validation"], b)
     out_dir = Path(out or data_dir).resolve()
     try:
         check_clean(out_dir, force=force)

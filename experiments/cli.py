@@ -150,7 +150,9 @@ def _add_card_parser(sub) -> None:
     c.add_argument("--validate", action="store_true",
                    help="run the battery's control pairs (experiments/cards/validation.yaml) and write validation.md")
     c.add_argument("--battery", default=None, help=argparse.SUPPRESS)
-    c.add_argument("--validation", default=None, help=argparse.SUPPRESS)  # tests: a smaller battery file
+    c.add_argument("--validation", default=None, metavar="FILE",
+                   help="with --validate: the controls file (default experiments/cards/validation.yaml; "
+                        "with --from-data, the one named in the data)")
     c.add_argument("--from-data", default=None, metavar="DIR",
                    help="re-score the card (or with --validate the validation) stored in DIR from its runs.csv.gz, "
                         "without training, and write it into --out (default DIR) beside the reference cards")

@@ -207,6 +207,18 @@ def test_the_validation_file_covers_every_diagnostic_and_loads():
     assert spec["arms"]["updates8__no_clip"]["objective.ratio.eps_high"] == 1000.0
 
 
+def test_the_second_validation_round_loads_and_names_its_own_sweep():
+    from objbench.experiments.card_validation import VALIDATION_FILE, load_validation, validation_spec
+
+    b = load_battery()
+    v = load_validation(VALIDATION_FILE.parent / "validation_v2.yaml", b)
+    spec = validation_spec(b, v, v.seeds)
+    assert spec["name"] == "card_validation_v2"  # its runs never mix with the first round's
+    assert set(spec["arms"]) == {"length__grpo", "length__hot", "standard__beta0", "standard__grpo",
+                                 "standard__kl_strong", "standard__lr_low"}
+    assert validation_spec(b, load_validation(None, b), 10)["name"] == "card_validation"
+
+
 @pytest.mark.card
 def test_a_whole_validation_on_a_small_battery(tmp_path, monkeypatch):
     from objbench.experiments.cli import main
