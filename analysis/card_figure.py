@@ -47,16 +47,18 @@ def _draw_panel(ax, rows, colors, first_column: bool, signed: bool) -> None:
     ax.tick_params(labelsize=7)
 
 
-def plot_card(table: pd.DataFrame, refs: Mapping[str, pd.DataFrame], title: str = "") -> Figure:
+def plot_card(table: pd.DataFrame, refs: Mapping[str, pd.DataFrame], title: str = "",
+              unvalidated: set[str] = frozenset()) -> Figure:
     """The card's grid (at most MAX_COLUMNS panels across, PANEL_SIZE inches each; analysis.plots.grid_figure's
-    fixed margins, the left one wide enough for the row labels)."""
+    fixed margins, the left one wide enough for the row labels). Measures in ``unvalidated`` (their controls did
+    not separate in the battery's validation) say so in their panel's title."""
     names = list(table["name"])
     ncols = min(MAX_COLUMNS, max(1, len(names)))
     nrows = math.ceil(len(names) / ncols)
     colors = arm_colors(list(refs))
     label_chars = max(len(label) for label in ["this card", *refs])
-    fig, axes = grid_figure(nrows, ncols, PANEL_SIZE, top_in=0.6 if title else 0.35, bottom_in=0.4,
-                            left=0.25 + 0.068 * label_chars, wgap=0.35, hgap=0.7)
+    fig, axes = grid_figure(nrows, ncols, PANEL_SIZE, top_in=0.75 if title else 0.5, bottom_in=0.4,
+                            left=0.25 + 0.068 * label_chars, wgap=0.35, hgap=0.9)
     by_name = table.set_index("name")
     for k, ax in enumerate(axes.flat):
         if k >= len(names):
@@ -65,7 +67,8 @@ def plot_card(table: pd.DataFrame, refs: Mapping[str, pd.DataFrame], title: str 
         name = names[k]
         row = by_name.loc[name]
         _draw_panel(ax, _rows(table, refs, name), colors, k % ncols == 0, bool(row["signed"]))
-        ax.set_title(f"{row['diagnostic']}: {name}", fontsize=8)
+        mark = "\n(controls not separated)" if name in unvalidated else ""
+        ax.set_title(f"{row['diagnostic']}: {name}{mark}", fontsize=8, color="0.45" if mark else "black")
     if title:
         fig.suptitle(title, fontsize=10, y=1 - 0.1 / fig.get_figheight(), va="top")
     return fig

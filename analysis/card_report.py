@@ -35,6 +35,23 @@ def read_references(root: str | Path = REFERENCES_DIR, exclude: Path | None = No
     return refs
 
 
+def validation_status(root: str | Path = REFERENCES_DIR) -> dict[str, str]:
+    """Per measure, what the committed validation rounds (``root``/validation*/validation.csv) found: "yes (ROUND:
+    HIGH > LOW)" when a round's controls separated over all its seeds, else "no"; a measure no round scored is left
+    out. A card marks its unvalidated measures with this, so a reader knows which scores an instrument check backs."""
+    status: dict[str, str] = {}
+    for csv in sorted(Path(root).glob("validation*/validation.csv")):
+        for _, r in pd.read_csv(csv).iterrows():
+            if str(r["validated"]).lower() == "true":
+                if not status.get(r["measure"], "").startswith("yes"):
+                    at_card = "also" if str(r["card_separates"]).lower() == "true" else "not"
+                    status[r["measure"]] = (f"yes ({csv.parent.name}: {r['high']} > {r['low']}; {at_card} at "
+                                            f"{r['card_seeds']} seeds)")
+            else:
+                status.setdefault(r["measure"], "no")
+    return status
+
+
 def _interval(row) -> str:
     return f"{format_score(row['score'])} [{format_score(row['low'])}, {format_score(row['high'])}]"
 
@@ -53,13 +70,14 @@ def efficiency_line(table: pd.DataFrame) -> str:
             f"pass@1 gained (ratio of the two means; the gain's interval excludes 0).")
 
 
-def measures_table(table: pd.DataFrame, refs: dict[str, pd.DataFrame]) -> list[str]:
+def measures_table(table: pd.DataFrame, refs: dict[str, pd.DataFrame], validated: dict[str, str]) -> list[str]:
     names = list(refs)
-    cols = ["diagnostic", "measure", "score [95% t interval]", "seeds", *names]
+    cols = ["diagnostic", "measure", "score [95% t interval]", "seeds", "controls separated", *names]
     lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
     ref_scores = {n: r.set_index("name")["score"] for n, r in refs.items()}
     for _, row in table.iterrows():
         cells = [row["diagnostic"], row["name"], _interval(row), str(row["seeds"]),
+                 validated.get(row["name"], "not validated"),
                  *(format_score(ref_scores[n].get(row["name"], float("nan"))) for n in names)]
         lines.append("| " + " | ".join(cells) + " |")
     return lines
@@ -138,14 +156,21 @@ SCALE_NOTE = (
     "performs on real language models, and a difference smaller than the intervals is not resolved.")
 
 
+VALIDATION_NOTE = (
+    "\"Controls separated\": whether the battery's validation (results/cards/validation*/validation.md) found the "
+    "measure ordering two configurations whose order is known (a pathology on and off) over 10 seeds. A measure "
+    "marked no is still the quantity its definition says, but nothing shows it responds to the pathology it is "
+    "named for at this scale; read it with that in mind.")
+
+
 def render_card(name: str, table: pd.DataFrame, measures: Sequence[Measure], refs: dict[str, pd.DataFrame],
-                provenance: list[str]) -> str:
+                provenance: list[str], validated: dict[str, str]) -> str:
     lines = [f"# Score card: {name}", "", *provenance, "", SCALE_NOTE, "", "![card](card.png)", "",
              "Scores: mean over seeds with a 95% Student t interval (per seed: the measure, or the paired "
              "difference it declares). Reference columns: committed cards (results/cards/), drawn as marks in the "
              "figure." if refs else "Scores: mean over seeds with a 95% Student t interval (per seed: the measure, "
              "or the paired difference it declares). No reference cards were found (results/cards/).", "",
-             *measures_table(table, refs), ""]
+             *measures_table(table, refs, validated), "", VALIDATION_NOTE, ""]
     eff = efficiency_line(table)
     if eff:
         lines += [eff, ""]
@@ -192,8 +217,10 @@ def write_card(runs, measures: Sequence[Measure], out: str | Path, *, source: di
     table.to_csv(out / "card.csv", index=False, lineterminator="\n")
     per_seed.to_csv(out / "card_seeds.csv", index=False, lineterminator="\n")
     refs = read_references(references, exclude=out)
-    fig = plot_card(table, refs, title=f"score card: {name}")
+    validated = validation_status(references)
+    fig = plot_card(table, refs, title=f"score card: {name}",
+                    unvalidated={m for m, v in validated.items() if not v.startswith("yes")})
     save_figure(fig, out, "card.png", dpi=150)
     prov = provenance_lines(name, settings, source, command, seconds, Path(battery), runs)
-    (out / "card.md").write_text(render_card(name, table, measures, refs, prov))
+    (out / "card.md").write_text(render_card(name, table, measures, refs, prov, validated))
     return out / "card.md"

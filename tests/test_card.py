@@ -157,7 +157,7 @@ def test_a_whole_card_with_a_reference_and_a_plugin(tmp_path, monkeypatch):
                  "objective.ratio.surrogate=gpg"]) == 0
     md = (out / "card.md").read_text()
     header = next(line for line in md.splitlines() if line.startswith("| diagnostic"))
-    assert header.endswith("| seeds | grpo |")  # the reference card's column
+    assert header.endswith("| seeds | controls separated | grpo |")  # the reference card's column
     assert "Plug-in" in md and "sha256" in md
     seeds = pd.read_csv(out / "card_seeds.csv")
     assert set(seeds["measure"]) <= set(table["name"]) and set(seeds["seed"]) == {0, 1}
@@ -205,6 +205,20 @@ def test_the_validation_file_covers_every_diagnostic_and_loads():
     spec = validation_spec(b, v, v.seeds)
     assert spec["arms"]["updates8__no_clip"]["objective.n_epochs"] == 2  # the arm's setting and the config's
     assert spec["arms"]["updates8__no_clip"]["objective.ratio.eps_high"] == 1000.0
+
+
+def test_validation_status_takes_any_round_that_separated(tmp_path):
+    from objbench.analysis.card_report import validation_status
+
+    cols = "measure,low,high,validated,card_separates,card_seeds\n"
+    (tmp_path / "validation").mkdir()
+    (tmp_path / "validation" / "validation.csv").write_text(
+        cols + "kl,grpo,beta0,False,False,5\nauc,lr_low,grpo,True,True,5\nent,grpo,bonus,False,False,5\n")
+    (tmp_path / "validation_v2").mkdir()
+    (tmp_path / "validation_v2" / "validation.csv").write_text(cols + "kl,strong,beta0,True,False,5\n")
+    assert validation_status(tmp_path) == {"kl": "yes (validation_v2: beta0 > strong; not at 5 seeds)",
+                                           "auc": "yes (validation: grpo > lr_low; also at 5 seeds)", "ent": "no"}
+    assert validation_status(tmp_path / "nothing_here") == {}
 
 
 def test_the_second_validation_round_loads_and_names_its_own_sweep():
