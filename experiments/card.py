@@ -119,18 +119,29 @@ def check_seeds(seeds, what: str = "--seeds") -> int:
     return seeds
 
 
-def checked_sweep(spec: dict, out_dir: Path, runs: str | None, imports=(), force: bool = False):
-    """(sweep, spec text) of a generated spec, checked before any folder: a clean tree when ``out_dir`` is in the
-    committed results/, every run's config (the sweep loader); the runs go to ``runs`` or ``out_dir``/runs."""
-    import tempfile
-
+def check_clean_out(out_dir: Path, force: bool = False) -> None:
+    """Writing into the committed results/ needs a clean tree (or ``force``): ConfigError naming the changes."""
     from objbench.analysis.provenance import DirtyTreeError, check_clean
-    from objbench.experiments.sweep import load_sweep
 
     try:
         check_clean(out_dir, force=force)
     except DirtyTreeError as e:
         raise ConfigError(str(e)) from None
+
+
+def invoked_command(default: str) -> str:
+    """The ``objbench card ...`` command line this process was started with (``default`` when not started so)."""
+    return "objbench card " + " ".join(shlex.quote(a) for a in sys.argv[2:]) if sys.argv[1:2] == ["card"] else default
+
+
+def checked_sweep(spec: dict, out_dir: Path, runs: str | None, imports=(), force: bool = False):
+    """(sweep, spec text) of a generated spec, checked before any folder: a clean tree when ``out_dir`` is in the
+    committed results/, every run's config (the sweep loader); the runs go to ``runs`` or ``out_dir``/runs."""
+    import tempfile
+
+    from objbench.experiments.sweep import load_sweep
+
+    check_clean_out(out_dir, force)
     text = yaml.safe_dump(spec, sort_keys=False)
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "spec.yaml"
@@ -174,8 +185,7 @@ def prepare_card(overrides: list[str], *, imports: list[str] = (), out: str | No
     n_seeds = check_seeds(b.seeds if seeds is None else seeds)
     out_dir = Path(out or Path("results/runs/cards") / name).resolve()
     sw, spec_text = checked_sweep(card_spec(b, settings, name, n_seeds), out_dir, runs, imports, force)
-    command = "objbench card " + " ".join(shlex.quote(a) for a in sys.argv[2:]) if sys.argv[1:2] == ["card"] else ""
-    return CardJob(b, settings, name, sw, out_dir, spec_text, command)
+    return CardJob(b, settings, name, sw, out_dir, spec_text, invoked_command(""))
 
 
 def run_card(job: CardJob, *, workers: int | None = None) -> Path:
@@ -221,19 +231,13 @@ def card_from_data(data_dir: str | Path, out: str | None = None, *, battery: str
     """Re-score a card from its stored data (no training) and write it into ``out`` (default ``data_dir``), drawn
     beside the reference cards as they are now; returns card.md."""
     from objbench.analysis.card_report import write_card
-    from objbench.analysis.provenance import DirtyTreeError, check_clean
 
     t0 = time.time()
     b = load_battery(battery)
     runs = read_card_data(data_dir)
     check_arms(runs, b, data_dir)
     out_dir = Path(out or data_dir).resolve()
-    try:
-        check_clean(out_dir, force=force)
-    except DirtyTreeError as e:
-        raise ConfigError(str(e)) from None
-    source = dict(runs.meta["source"])
-    command = "objbench card " + " ".join(shlex.quote(a) for a in sys.argv[2:]) if sys.argv[1:2] == ["card"] else (
-        f"objbench card --from-data {data_dir}")
-    return write_card(runs, b.measures, out_dir, source=source, command=command, seconds=time.time() - t0,
-                      battery=b.path, data_from=data_dir)
+    check_clean_out(out_dir, force)
+    command = invoked_command(f"objbench card --from-data {data_dir}")
+    return write_card(runs, b.measures, out_dir, source=dict(runs.meta["source"]), command=command,
+                      seconds=time.time() - t0, battery=b.path, data_from=data_dir)

@@ -14,7 +14,15 @@ from pathlib import Path
 
 import yaml
 
-from objbench.experiments.card import Battery, check_seeds, checked_sweep, load_battery, run_kept
+from objbench.experiments.card import (
+    Battery,
+    check_clean_out,
+    check_seeds,
+    checked_sweep,
+    load_battery,
+    read_card_data,
+    run_kept,
+)
 from objbench.experiments.errors import ConfigError
 
 VALIDATION_FILE = Path(__file__).resolve().parent / "cards" / "validation.yaml"
@@ -60,7 +68,8 @@ def validation_spec(battery: Battery, v: Validation, seeds: int) -> dict:
         for arm in {m.term.arm} | ({m.minus.arm} if m.minus else set()):
             for label in (c["low"], c["high"]):
                 arms[arm_name(arm, label)] = {**battery.arms[arm], **v.configs[label]}
-    return {"name": f"card_{v.path.stem}", "description": f"card battery controls {v.path.name} ({battery.description})",
+    return {"name": f"card_{v.path.stem}",
+            "description": f"card battery controls {v.path.name} ({battery.description})",
             "base": str(battery.base), "seeds": seeds, "set": {"objective": "grpo"}, "arms": arms}
 
 
@@ -122,9 +131,6 @@ def write_validation(runs, battery: Battery, v: Validation, out_dir: Path, *, co
 def validation_from_data(data_dir: str | Path, out: str | None = None, *, battery: str | None = None,
                          validation: str | None = None, force: bool = False) -> Path:
     """Re-score a committed validation from its stored data (no training) into ``out`` (default ``data_dir``)."""
-    from objbench.analysis.provenance import DirtyTreeError, check_clean
-    from objbench.experiments.card import read_card_data
-
     t0 = time.time()
     b = load_battery(battery)
     runs = read_card_data(data_dir, "card_validation")
@@ -133,9 +139,6 @@ def validation_from_data(data_dir: str | Path, out: str | None = None, *, batter
     named = Path(runs.meta["source"]["card_validation"]).name
     v = load_validation(validation or VALIDATION_FILE.parent / named, b)
     out_dir = Path(out or data_dir).resolve()
-    try:
-        check_clean(out_dir, force=force)
-    except DirtyTreeError as e:
-        raise ConfigError(str(e)) from None
+    check_clean_out(out_dir, force)
     return write_validation(runs, b, v, out_dir, command=f"objbench card --validate --from-data {data_dir}",
                             seconds=time.time() - t0, data_from=data_dir)
