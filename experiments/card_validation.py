@@ -134,7 +134,7 @@ def validation_from_data(data_dir: str | Path, out: str | None = None, *, batter
     t0 = time.time()
     b = load_battery(battery)
     runs = read_card_data(data_dir, "card_validation")
-    # the controls file the data names, looked up beside the battery (data written before 2c88d88 stored its full
+    # the controls file the data names, looked up beside the battery (data written before 9c8a24f stored its full
     # path on the machine that made it, which another clone does not have)
     named = Path(runs.meta["source"]["card_validation"]).name
     v = load_validation(validation or VALIDATION_FILE.parent / named, b)
