@@ -31,6 +31,7 @@ def collect(s: Setup, step: int, state: LoopState) -> tuple[Batch, Batch, dict]:
     everything: list[Batch] = []
     engine_diffs: list = []
     terms = RewardTerms(s)  # reward.fns and reward.task_weight
+    penalties: list[torch.Tensor] = []  # overlong shaping, one tensor per sampling round
     n_kept, rounds = 0, 0
     while True:
         stream = prompt_stream(s)
@@ -42,9 +43,7 @@ def collect(s: Setup, step: int, state: LoopState) -> tuple[Batch, Batch, dict]:
         terms.add(b)
         rounds += 1
         if filt.overlong_penalty:
-            lengths = b.response_mask.sum(-1)
-            b.rewards = b.rewards + F.overlong_penalty(lengths, s.sampling.max_new_tokens,
-                                                       filt.overlong_cache, filt.overlong_factor).float()
+            penalties.append(add_overlong_penalty(s, b))
         correct_groups(s, b, G)
         everything.append(b)
         if rounds == 1 and G > 1:  # before any filtering: how many fresh groups carry no signal
@@ -65,6 +64,7 @@ def collect(s: Setup, step: int, state: LoopState) -> tuple[Batch, Batch, dict]:
          **terms.metrics()}
     if G > 1:
         m["rollout/zero_var_frac"] = first_zero_var
+    m.update(overlong_metrics(penalties))
     m.update(correction_metrics(s, allb, G))
     if not kept:
         return None, allb, m
@@ -91,6 +91,7 @@ def collect_adaptive(s: Setup, step: int, state: LoopState) -> tuple[Batch | Non
     kept: list[Batch] = []
     everything: list[Batch] = []
     terms = RewardTerms(s)  # reward.fns and reward.task_weight
+    penalties: list[torch.Tensor] = []  # overlong shaping, one tensor per sampling round
     n_kept, rounds = 0, 0
     while True:
         chunk = prompt_stream(s).take(state.prompt_index, budget)  # more than enough
@@ -100,8 +101,7 @@ def collect_adaptive(s: Setup, step: int, state: LoopState) -> tuple[Batch | Non
         terms.add(b)
         rounds += 1
         if filt.overlong_penalty:
-            b.rewards = b.rewards + F.overlong_penalty(b.response_mask.sum(-1), s.sampling.max_new_tokens,
-                                                       filt.overlong_cache, filt.overlong_factor).float()
+            penalties.append(add_overlong_penalty(s, b))
         correct_groups(s, b, sizes)
         everything.append(b)
         if rounds == 1:
@@ -128,6 +128,7 @@ def collect_adaptive(s: Setup, step: int, state: LoopState) -> tuple[Batch | Non
     rates = GR.update_pass_rates(rates, allb.difficulty.tolist(), allb.correct.tolist(), obj.groups.ema,
                                  obj.groups.prior)
     state.pass_rates = {str(d): r for d, r in rates.items()}
+    m.update(overlong_metrics(penalties))
     m.update(correction_metrics(s, allb, allb.group_sizes))
     if not kept:
         m["rollout/groups_kept"] = 0
@@ -153,6 +154,25 @@ def select_groups(b: Batch, keep: list) -> Batch:
     out = b.select(torch.tensor(rows, dtype=torch.long, device=b.rewards.device))
     out.group_sizes = [g for g, k in zip(b.group_sizes, keep) if k]
     return out
+
+
+def add_overlong_penalty(s: Setup, b: Batch) -> torch.Tensor:
+    """DAPO's soft overlong punishment (objective.filters.overlong_penalty) added to ``b``'s rewards in place,
+    from each response's length against rollout.max_new_tokens. Returns the (B,) penalties (<= 0)."""
+    filt = s.cfg.objective.filters
+    pen = F.overlong_penalty(b.response_mask.sum(-1), s.sampling.max_new_tokens, filt.overlong_cache,
+                             filt.overlong_factor).float()
+    b.rewards = b.rewards + pen
+    return pen
+
+
+def overlong_metrics(penalties: list[torch.Tensor]) -> dict:
+    """How much the overlong shaping acted this step, over every completion sampled (all rounds): the share it
+    penalised and the mean penalty. Empty without the shaping."""
+    if not penalties:
+        return {}
+    pen = torch.cat(penalties)
+    return {"filters/overlong_frac": float((pen < 0).float().mean()), "filters/overlong_penalty": float(pen.mean())}
 
 
 def correct_groups(s: Setup, b: Batch, groups) -> None:

@@ -89,6 +89,10 @@ METRICS = {
     "filters/top_kept_frac": "filters.top_select: fraction of the training batch's responses kept in the loss",
     "filters/corrected_frac": "filters.group_correction: fraction of the groups sampled this step (all rounds) "
                               "whose rewards were scaled (malformed share above filters.correction_share)",
+    "filters/overlong_frac": "filters.overlong_penalty: fraction of the completions sampled this step (all rounds) "
+                             "longer than max_new_tokens - overlong_cache, i.e. penalised",
+    "filters/overlong_penalty": "filters.overlong_penalty: mean overlong penalty (<= 0, added to the reward) over "
+                                "the completions sampled this step (all rounds)",
     "filters/malformed_frac": "filters.group_correction: fraction of the completions sampled this step that the "
                               "verifier judged malformed",
     "policy/log_ratio_std": "std over valid tokens of log(pi/pi_old) at the start of each optimizer step "
