@@ -35,6 +35,18 @@ def git_commit() -> str:
         return "unknown"
 
 
+def unknown_commit_warning(commit: str) -> str | None:
+    """The warning to print when runs cannot be tied to a commit: objbench's code is not in a git checkout (a
+    ``pip install`` without ``-e``, or ``--target`` copy), so meta.json and sweep.json record "unknown". None when
+    the commit is known."""
+    if commit != "unknown":
+        return None
+    where = Path(__file__).resolve().parent.parent
+    return (f"warning: objbench runs from {where}, which is not a git checkout, so these runs record commit "
+            f"'unknown' and their report cannot name the code that made them; for results you will cite, install "
+            f"from a clean checkout at the commit you want (pip install -e .)")
+
+
 def cpu_signature() -> str:
     """The CPU model, the kernel set torch dispatches to and a digest of the CPU flags ("Intel(R) Xeon(R)
     Processor | AVX512 | flags 1a2b3c4d"). Float32 CPU training is bit-identical only on the same kernel path: the

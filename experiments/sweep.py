@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -372,12 +373,15 @@ def _warm_label(i: int, n: int, runs: list[RunSpec]) -> str:
 
 
 def write_sweep_files(sw: Sweep, command: str):
-    from objbench.experiments.provenance import git_commit
+    from objbench.experiments.provenance import git_commit, unknown_commit_warning
 
+    commit = git_commit()
+    if unknown_commit_warning(commit):
+        print(unknown_commit_warning(commit), file=sys.stderr, flush=True)
     sw.sweep_dir.mkdir(parents=True, exist_ok=True)
     (sw.sweep_dir / "sweep.yaml").write_text(sw.path.read_text())
     info = {"name": sw.name, "spec_hash": sw.spec_hash, "command": command, "arms": sw.arms,
-            "seeds": sw.seeds, "commit": git_commit(), "base_config": sw.base, "spec_path": str(sw.path),
+            "seeds": sw.seeds, "commit": commit, "base_config": sw.base, "spec_path": str(sw.path),
             "report": sw.spec.report or {}, "plugins": [p.record() for p in sw.plugins]}
     (sw.sweep_dir / "sweep.json").write_text(json.dumps(info, indent=1))
 

@@ -157,3 +157,20 @@ def test_every_shipped_sweep_spec_resolves(spec, tmp_path_factory):
         extra = [f"model.path={write_toy_model(tmp_path_factory.mktemp('model') / 'toy')}"]
     sw = load_sweep(spec, extra_overrides=extra)
     assert sw.runs and len(sw.seeds) >= 3
+
+
+def test_sweep_warns_when_its_code_is_not_in_a_git_checkout(tmp_path, monkeypatch, capsys):
+    """A --target or non-editable install has no git: the runs record commit 'unknown'; the sweep says so."""
+    from objbench.experiments import provenance
+    from objbench.experiments.sweep import write_sweep_files
+
+    sw = load_sweep(_spec(tmp_path, "arms: [grpo]\n"), out_dir=str(tmp_path / "out"))
+    write_sweep_files(sw, "objbench sweep s.yaml")
+    assert json.loads((sw.sweep_dir / "sweep.json").read_text())["commit"] != "unknown"  # this checkout
+    assert "not a git checkout" not in capsys.readouterr().err
+    monkeypatch.setattr(provenance, "git_commit", lambda: "unknown")
+    write_sweep_files(sw, "objbench sweep s.yaml")
+    assert json.loads((sw.sweep_dir / "sweep.json").read_text())["commit"] == "unknown"
+    err = capsys.readouterr().err
+    assert "not a git checkout" in err and "commit 'unknown'" in err and "pip install -e" in err
+    assert provenance.unknown_commit_warning("0c896ef") is None
