@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -156,7 +157,8 @@ def test_every_shipped_sweep_spec_resolves(spec, tmp_path_factory):
 
         extra = [f"model.path={write_toy_model(tmp_path_factory.mktemp('model') / 'toy')}"]
     sw = load_sweep(spec, extra_overrides=extra)
-    assert sw.runs and len(sw.seeds) >= 3
+    pilot = re.search(r"_pilot\d*$", sw.name) is not None  # a pilot measures; it may use one seed
+    assert sw.runs and (pilot or len(sw.seeds) >= 3)
 
 
 def test_sweep_warns_when_its_code_is_not_in_a_git_checkout(tmp_path, monkeypatch, capsys):
