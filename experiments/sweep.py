@@ -376,8 +376,9 @@ def write_sweep_files(sw: Sweep, command: str):
     from objbench.experiments.provenance import git_commit, unknown_commit_warning
 
     commit = git_commit()
-    if unknown_commit_warning(commit):
-        print(unknown_commit_warning(commit), file=sys.stderr, flush=True)
+    warning = unknown_commit_warning(commit)
+    if warning:
+        print(warning, file=sys.stderr, flush=True)
     sw.sweep_dir.mkdir(parents=True, exist_ok=True)
     (sw.sweep_dir / "sweep.yaml").write_text(sw.path.read_text())
     info = {"name": sw.name, "spec_hash": sw.spec_hash, "command": command, "arms": sw.arms,
