@@ -20,6 +20,7 @@ from objbench.rollout.bundle import (
     Codec,
     char_codec,
     fingerprint_folder,
+    folder_codec,
     load_hf,
     resolve_device,
 )
@@ -88,6 +89,8 @@ def warm_start(cfg: TrainConfig, task, codec: Codec | None = None, cache_dir=Non
     """
     if cfg.model.path:
         folder = check_model(cfg)["folder"]
+        if codec is None:  # the sweep trains warm starts before its runs, with no run's codec at hand
+            codec = folder_codec(folder, cfg.rollout.chat_template)
         device = resolve_device(cfg.model.device)
         key = {"task": task_spec(task), "model_hash": fingerprint_folder(folder),
                "dtype": cfg.model.dtype, "attn": cfg.model.attn, "sft": to_dict(cfg.sft), "seed": cfg.seed,

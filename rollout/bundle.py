@@ -114,6 +114,13 @@ def hf_codec(tokenizer, chat_template: str = "auto") -> Codec:
 # Hugging Face model folders
 
 
+def folder_codec(path: str, chat_template: str = "auto") -> Codec:
+    """The codec of a Hugging Face model folder's own tokenizer (what ``load_hf`` returns beside the model)."""
+    from transformers import AutoTokenizer
+
+    return hf_codec(AutoTokenizer.from_pretrained(Path(inspect_model_folder(path)["folder"])), chat_template)
+
+
 def resolve_model_path(path: str) -> Path:
     """A local model folder for ``model.path``: the folder itself, or a hub id from the local cache or the hub.
 

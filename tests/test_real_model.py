@@ -258,6 +258,33 @@ def test_sweep_of_two_presets_and_its_report(toy_model, gsm8k_file, tmp_path, mo
     assert "grpo" in report and "dr_grpo" in report
 
 
+def test_sweep_trains_a_model_folders_warm_start_before_its_runs(toy_model, tmp_path, monkeypatch):
+    """sft.steps > 0 on a model folder through a sweep: the sweep trains each seed's warm start before the runs,
+    with no run's codec at hand (it failed with 'NoneType' has no 'encode_prompts' until the folder's own codec
+    was loaded there); the run then finds the same start in the cache instead of training its own."""
+    import yaml
+
+    from objbench.experiments.config import build_task
+    from objbench.experiments.warmstart import warm_start
+
+    monkeypatch.setenv("OBJBENCH_CACHE", str(tmp_path / "cache"))
+    spec = {"name": "sft", "seeds": [0], "out_dir": str(tmp_path / "runs"),
+            "set": {"model.path": str(toy_model), "task.name": "arithmetic", "sft.batch_size": 16,
+                    "train.steps": 2, "task.eval_per_difficulty": 2, **dict(a.split("=", 1) for a in FAST)},
+            "arms": {"rl_only": {"sft.steps": 0}, "sft_then_rl": {"sft.steps": 6}}}
+    path = tmp_path / "sft.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    assert main(["sweep", str(path), "--workers", "1", "--no-report"]) == 0
+    run = tmp_path / "runs" / "sft" / "sft_then_rl__s0"
+    assert (run / "done").exists() and (tmp_path / "runs" / "sft" / "rl_only__s0" / "done").exists()
+    sft = json.loads((run / "meta.json").read_text())["sft"]
+    assert sft["steps"] == 6 and sft["model_path"] == str(toy_model.resolve())
+    cfg = load_config(None, [f"model.path={toy_model}", "task.name=arithmetic", "sft.steps=6", "sft.batch_size=16",
+                             "task.eval_per_difficulty=2", *FAST, f"out_dir={tmp_path}"])
+    _, ckpt, _ = warm_start(cfg, build_task(cfg), load_hf(str(toy_model))[1])  # a run's call, with its codec
+    assert str(ckpt) == sft["checkpoint"]  # the start the sweep trained, from the cache
+
+
 @pytest.mark.parametrize("case", ["missing_column", "empty", "wrong_type", "not_utf8", "no_marker"])
 def test_bad_data_file_fails_before_any_run_folder(case, toy_model, tmp_path):
     data = tmp_path / "bad.jsonl"
