@@ -222,7 +222,8 @@ def plot_panels(panels: Sequence[tuple[str, str, pd.DataFrame | None] | None], c
     nrows = -(-n // ncols)
     per_row = legend_per_row(colors, ncols * panel_size[0])
     legend_rows = max(1, -(-len(colors) // per_row))  # room below the panels for every legend row
-    fig, axes = grid_figure(nrows, ncols, panel_size, top_in=0.95 if title else 0.55,
+    title, title_lines = wrap_title(title, grid_width(ncols, panel_size[0]), LARGE_CHAR_IN)
+    fig, axes = grid_figure(nrows, ncols, panel_size, top_in=0.95 + 0.22 * (title_lines - 1) if title else 0.55,
                              bottom_in=0.95 + 0.28 * (legend_rows - 1), sharey=sharey)
     seen: dict[str, tuple] = {}  # arm -> (handle, largest n in any panel)
     for i, panel in enumerate(panels):
@@ -263,6 +264,26 @@ def legend_per_row(arms, width_in: float) -> int:
     return max(1, min(6, int(width_in // (0.6 + 0.085 * longest))))
 
 
+LARGE_CHAR_IN = 0.095  # width of a character of a "large" (12 pt) title, inches: a typical title measured 0.086
+MEDIUM_CHAR_IN = 0.08  # the same at "medium" (10 pt), measured 0.072; both ~10% above, for wide letters
+
+
+def wrap_title(title: str, width_in: float, char_in: float) -> tuple[str, int]:
+    """(title broken into lines that fit ``width_in`` inches at ``char_in`` inches per character, line count): a
+    figure one panel wide otherwise cuts a long title off at both edges."""
+    import textwrap
+
+    if not title:
+        return title, 0
+    lines = textwrap.wrap(title, max(20, int((width_in - 0.2) / char_in)), break_on_hyphens=False)
+    return "\n".join(lines), len(lines)
+
+
+def grid_width(ncols: int, panel_width: float, left: float = 0.85, wgap: float = 0.95) -> float:
+    """Width in inches of :func:`grid_figure`'s figure (0.25 in right margin)."""
+    return left + 0.25 + ncols * panel_width + (ncols - 1) * wgap
+
+
 def grid_figure(nrows: int, ncols: int, panel_size: tuple[float, float], top_in: float, bottom_in: float,
                  sharey: bool = False, left: float = 0.85, wgap: float = 0.95, hgap: float = 1.05):
     """Figure with a grid of axes and fixed margins in inches (room for y labels, two-line titles, x labels and a
@@ -271,7 +292,7 @@ def grid_figure(nrows: int, ncols: int, panel_size: tuple[float, float], top_in:
     about 3x slower."""
     right = 0.25  # inches
     pw, ph = panel_size
-    width = left + right + ncols * pw + (ncols - 1) * wgap
+    width = grid_width(ncols, pw, left, wgap)
     height = top_in + bottom_in + nrows * ph + (nrows - 1) * hgap
     fig = Figure(figsize=(width, height))
     axes = fig.subplots(nrows, ncols, squeeze=False, sharey=sharey)
@@ -346,8 +367,11 @@ def plot_paired_differences(table: pd.DataFrame, colors: Mapping[str, tuple], ti
     names = list(pd.unique(table["comparison"]))
     ncols = min(MAX_COLUMNS, len(endpoints))
     nrows = -(-len(endpoints) // ncols)
-    fig, axes = grid_figure(nrows, ncols, (PANEL_SIZE[0], 0.4 * len(names) + 0.5), top_in=0.7 if title else 0.4,
-                             bottom_in=0.6, left=0.25 + 0.068 * max(len(n) for n in names), wgap=0.35, hgap=0.95)
+    left = 0.25 + 0.068 * max(len(n) for n in names)
+    title, title_lines = wrap_title(title, grid_width(ncols, PANEL_SIZE[0], left, 0.35), MEDIUM_CHAR_IN)
+    fig, axes = grid_figure(nrows, ncols, (PANEL_SIZE[0], 0.4 * len(names) + 0.5),
+                             top_in=0.7 + 0.18 * (title_lines - 1) if title else 0.4, bottom_in=0.6, left=left,
+                             wgap=0.35, hgap=0.95)
     for i, (ax, endpoint) in enumerate(zip(axes.flat, endpoints)):
         rows = table[table["endpoint"] == endpoint].set_index("comparison").reindex(names).reset_index()
         _draw_paired(ax, rows, colors, labels=i % ncols == 0)

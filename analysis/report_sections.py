@@ -138,7 +138,8 @@ def _source_lines(ctx: ReportContext) -> list[str]:
         L.append(f"- **runs made from a dirty tree**: {', '.join(f'`{c}`' for c in dirty_runs)}")
     if sweep.get("base_config"):
         L.append(f"- base config: `{sweep['base_config']}`")
-    L.append(f"- seeds: {', '.join(str(s) for s in ctx.runs.seeds)}")
+    seeds = ctx.runs.seeds  # the count first: a lone seed 10 read "seeds: 10", like a count
+    L.append(f"- seeds ({len(seeds)}): {', '.join(str(s) for s in seeds)}")
     return L
 
 

@@ -62,3 +62,23 @@ def test_paired_difference_figure_draws_every_seed_and_both_intervals(tmp_path):
     assert len(axes.flat[1].collections) == 1 and {t.get_text() for t in axes.flat[1].get_yticklabels()} == {""}
     save_figure(fig, tmp_path, "p.png", 80)
     assert (tmp_path / "p.png").read_bytes()[:4] == b"\x89PNG" and (tmp_path / "p.pdf").read_bytes()[:4] == b"%PDF"
+
+
+@pytest.mark.parametrize("n_panels", [1, 3])
+def test_a_long_title_fits_inside_a_figure_one_panel_wide(n_panels):
+    """The SmolLM2 reports' per-difficulty figure (one bucket, one column) cut its title off at both edges."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    title = ("Per difficulty bucket (mean over seeds, 95% CI band: t over seeds; evaluation curves marked at "
+             "each evaluation)")
+    fig, axes = plot_panels([("t", "y", _curves(["a", "b"]))] * n_panels, arm_colors(["a", "b"]), title=title)
+    from matplotlib.text import Text
+
+    canvas = FigureCanvasAgg(fig)
+    sup = [t for t in fig.findobj(Text) if t.get_text().replace("\n", " ") == title]
+    assert len(sup) == 1  # wrapped, not shortened
+    box = sup[0].get_window_extent(canvas.get_renderer())
+    assert 0 <= box.x0 and box.x1 <= fig.get_figwidth() * fig.dpi  # inside the figure, left and right
+    top_of_panels = max(ax.get_window_extent().y1 for ax in axes.flat if ax.get_visible())
+    assert box.y0 > top_of_panels  # above the panels (and their titles' baseline), not over them
+    assert box.y1 <= fig.get_figheight() * fig.dpi

@@ -61,7 +61,7 @@ def test_report_markdown_content(report, sweep):
     info = json.loads((sweep / "sweep.json").read_text())
     assert md.startswith("# Report: synthetic")
     assert f"`{info['spec_hash']}`" in md and f"`{info['commit']}`" in md
-    assert "- seeds: 0, 1, 2" in md
+    assert "- seeds (3): 0, 1, 2" in md
     assert "  - grpo: 3 run(s), seeds 0, 1, 2" in md and "  - dr_grpo: 3 run(s)" in md
     # the half-written run is listed as skipped, and its arm as having no runs
     assert "### Skipped runs" in md and "- `ppo__s0`: no 'done' file" in md
