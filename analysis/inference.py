@@ -393,8 +393,11 @@ def _one(a: str, b: str, label: str, seeds, d, alpha: float, m: int, n_resamples
                       sign_test(d), permutation_test(d, seed=seed), alpha, m, mdd=mdd)
 
 
-def _min_perm_p(n: int) -> float:
+def smallest_permutation_p(n: int) -> float:
+    """The smallest two-sided p the exact paired permutation test can give at ``n`` seeds: 2/2^n (all signs alike,
+    either way); 0 above EXACT_PERMUTATION_MAX_N, where the test is no longer exact-enumerated."""
     return 2.0 / 2 ** n if n <= EXACT_PERMUTATION_MAX_N else 0.0
+
 
 
 def compare_declared(items: Sequence[tuple[str, str, str, Sequence[int], Sequence[float]]], alpha: float = 0.05,
@@ -431,8 +434,9 @@ def compare_declared(items: Sequence[tuple[str, str, str, Sequence[int], Sequenc
                                    f"[{iv.low:+.4g}, {iv.high:+.4g}] includes 0")
             if not (ph <= alpha):
                 why = f"Holm-adjusted permutation p = {ph:.3g} > {alpha:g}"
-                if _min_perm_p(r.n) > alpha / m:
-                    why += (f" (with {r.n} seeds the smallest attainable permutation p is {_min_perm_p(r.n):.3g}, "
+                floor = smallest_permutation_p(r.n)
+                if floor > alpha / m:
+                    why += (f" (with {r.n} seeds the smallest attainable permutation p is {floor:.3g}, "
                             f"above {alpha:g}/{m})")
                 reasons.append(why)
         verdict = "not resolved" if reasons else (f"{r.a} > {r.b}" if r.mean > 0 else f"{r.a} < {r.b}")

@@ -459,6 +459,23 @@ def eval_window_problems(plan: Plan, schedules: dict[str, tuple[int, int]]) -> l
     return problems
 
 
+def unresolvable_warning(plan: Plan, n_seeds: int) -> str | None:
+    """A note when no declared comparison can be resolved at ``n_seeds`` paired seeds, whatever the data: a
+    comparison resolves only with a Holm-adjusted exact permutation p <= alpha, so its raw p must reach alpha/m (m the
+    family size), and the smallest p the exact test can give is 2/2^n. None when it can, or nothing is declared."""
+    from objbench.analysis.inference import smallest_permutation_p
+
+    if not plan.declared or n_seeds < 1:
+        return None
+    level = plan.alpha / plan.family_size
+    if smallest_permutation_p(n_seeds) <= level:
+        return None
+    need = next(n for n in range(n_seeds + 1, 64) if smallest_permutation_p(n) <= level)
+    return (f"note: at {n_seeds} seeds no declared comparison can be resolved, whatever the data: the smallest exact "
+            f"permutation p is 2/2^{n_seeds} = {smallest_permutation_p(n_seeds):.3g}, above alpha/m = {plan.alpha:g}/"
+            f"{plan.family_size} = {level:.3g} ({need} seeds reach it); its comparisons can only be descriptive")
+
+
 def paired_differences(values: pd.DataFrame, a: str, b: str) -> tuple[list[int], list[float]]:
     """Seeds and per-seed differences a - b of :func:`per_run_values` output, over the seeds both arms have,
     ascending. Two runs of one arm with the same seed raise ValueError."""

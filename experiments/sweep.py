@@ -375,10 +375,13 @@ def _warm_label(i: int, n: int, runs: list[RunSpec]) -> str:
 def write_sweep_files(sw: Sweep, command: str):
     from objbench.experiments.provenance import git_commit, unknown_commit_warning
 
+    from objbench.analysis.prereg import parse_plan, unresolvable_warning
+
     commit = git_commit()
-    warning = unknown_commit_warning(commit)
-    if warning:
-        print(warning, file=sys.stderr, flush=True)
+    for warning in (unknown_commit_warning(commit),
+                    unresolvable_warning(parse_plan(sw.spec.report or {}, sw.spec.arm_labels), len(sw.seeds))):
+        if warning:
+            print(warning, file=sys.stderr, flush=True)
     sw.sweep_dir.mkdir(parents=True, exist_ok=True)
     (sw.sweep_dir / "sweep.yaml").write_text(sw.path.read_text())
     info = {"name": sw.name, "spec_hash": sw.spec_hash, "command": command, "arms": sw.arms,

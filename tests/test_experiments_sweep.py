@@ -176,3 +176,25 @@ def test_sweep_warns_when_its_code_is_not_in_a_git_checkout(tmp_path, monkeypatc
     err = capsys.readouterr().err
     assert "not a git checkout" in err and "commit 'unknown'" in err and "pip install -e" in err
     assert provenance.unknown_commit_warning("0c896ef") is None
+
+
+def test_sweep_notes_when_its_seeds_cannot_resolve_any_declared_comparison(tmp_path, capsys):
+    """Holm needs a raw p <= alpha/m, and the exact permutation test gives at least 2/2^n: with a family of 2 at
+    alpha 0.05, 2/2^6 = 0.031 > 0.025 and 2/2^7 = 0.016 <= 0.025, so 6 seeds cannot resolve anything and 7 can; a
+    family of 3 (alpha/m = 0.0167) needs 7 as well (0.0156). Both SmolLM2 studies (4 and 3 seeds) were such studies."""
+    from objbench.analysis.prereg import parse_plan, unresolvable_warning
+    from objbench.experiments.sweep import write_sweep_files
+
+    two = parse_plan({"endpoints": ["eval/pass@1", "eval/acc"], "comparisons": [["b", "a"]]}, ["a", "b"])
+    assert two.family_size == 2
+    assert "6 seeds" in unresolvable_warning(two, 6) and "(7 seeds reach it)" in unresolvable_warning(two, 6)
+    assert "2/2^4 = 0.125, above alpha/m = 0.05/2 = 0.025" in unresolvable_warning(two, 4)
+    assert unresolvable_warning(two, 7) is None
+    three = parse_plan({"endpoints": ["x", "y", "z"], "comparisons": [["b", "a"]]}, ["a", "b"])
+    assert "(7 seeds reach it)" in unresolvable_warning(three, 6) and unresolvable_warning(three, 7) is None
+    assert unresolvable_warning(parse_plan({}, ["a", "b"]), 1) is None  # nothing declared (a pilot): no note
+    body = "arms: [grpo, dr_grpo]\nseeds: {}\nreport: {{primary: eval/pass@1, comparisons: [[dr_grpo, grpo]]}}\n"
+    for seeds, noted in ((5, True), (6, False)):  # one endpoint: alpha/m = 0.05; 2/2^5 = 0.0625, 2/2^6 = 0.031
+        sw = load_sweep(_spec(tmp_path, body.format(seeds), f"s{seeds}.yaml"), out_dir=str(tmp_path / "out"))
+        write_sweep_files(sw, "objbench sweep s.yaml")
+        assert ("no declared comparison can be resolved" in capsys.readouterr().err) is noted
