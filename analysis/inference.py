@@ -399,7 +399,6 @@ def smallest_permutation_p(n: int) -> float:
     return 2.0 / 2 ** n if n <= EXACT_PERMUTATION_MAX_N else 0.0
 
 
-
 def compare_declared(items: Sequence[tuple[str, str, str, Sequence[int], Sequence[float]]], alpha: float = 0.05,
                      min_seeds: int = 10, n_resamples: int = DEFAULT_RESAMPLES, seed: int = 0) -> list[Comparison]:
     """The declared comparisons of a study, as one family: intervals, tests, Holm and a verdict for each.

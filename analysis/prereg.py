@@ -465,15 +465,21 @@ def unresolvable_warning(plan: Plan, n_seeds: int) -> str | None:
     family size), and the smallest p the exact test can give is 2/2^n. None when it can, or nothing is declared."""
     from objbench.analysis.inference import smallest_permutation_p
 
-    if not plan.declared or n_seeds < 1:
+    if not cannot_resolve(plan, n_seeds):
         return None
     level = plan.alpha / plan.family_size
-    if smallest_permutation_p(n_seeds) <= level:
-        return None
-    need = next(n for n in range(n_seeds + 1, 64) if smallest_permutation_p(n) <= level)
+    need = next(n for n in range(n_seeds + 1, 64) if not cannot_resolve(plan, n))
     return (f"note: at {n_seeds} seeds no declared comparison can be resolved, whatever the data: the smallest exact "
             f"permutation p is 2/2^{n_seeds} = {smallest_permutation_p(n_seeds):.3g}, above alpha/m = {plan.alpha:g}/"
             f"{plan.family_size} = {level:.3g} ({need} seeds reach it); its comparisons can only be descriptive")
+
+
+def cannot_resolve(plan: Plan, n_seeds: int) -> bool:
+    """True when the plan declares comparisons and none can be resolved at ``n_seeds`` paired seeds whatever the data:
+    the smallest exact permutation p, 2/2^n, lies above alpha/m (Holm's first step)."""
+    from objbench.analysis.inference import smallest_permutation_p
+
+    return plan.declared and n_seeds >= 1 and smallest_permutation_p(n_seeds) > plan.alpha / plan.family_size
 
 
 def paired_differences(values: pd.DataFrame, a: str, b: str) -> tuple[list[int], list[float]]:

@@ -266,7 +266,7 @@ def _control_rule(plan: prereg.Plan) -> str:
 def _floor_lines(declared: list[Comparison], plan: prereg.Plan) -> list[str]:
     """Seed counts at which no declared comparison can be resolved, whatever the data."""
     m = plan.family_size
-    floor = sorted({c.n for c in declared if 1 <= c.n <= 20 and 2.0 / 2 ** c.n > plan.alpha / m})
+    floor = sorted({c.n for c in declared if prereg.cannot_resolve(plan, c.n)})
     return [f"- With {n_} seeds the smallest attainable exact permutation p is 2/2^{n_} = {2.0 / 2 ** n_:.3g}, "
             f"above alpha/m = {plan.alpha:g}/{m}: at this number of seeds no declared comparison can be "
             "resolved, whatever the data." for n_ in floor]

@@ -373,9 +373,8 @@ def _warm_label(i: int, n: int, runs: list[RunSpec]) -> str:
 
 
 def write_sweep_files(sw: Sweep, command: str):
-    from objbench.experiments.provenance import git_commit, unknown_commit_warning
-
     from objbench.analysis.prereg import parse_plan, unresolvable_warning
+    from objbench.experiments.provenance import git_commit, unknown_commit_warning
 
     commit = git_commit()
     for warning in (unknown_commit_warning(commit),
