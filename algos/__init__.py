@@ -52,23 +52,8 @@ from objbench.algos import advantages, entropy, filters, kl, policy, surrogates 
 from objbench.algos.aggregate import aggregate, aggregate_many, micro_batch_weights
 from objbench.algos.policy import policy_loss
 from objbench.algos._checks import row_counts  # (B,) response lengths >= 1 and the non-empty row count, memoised per mask
-from objbench.algos.config import (
-    AdvantageConfig,
-    FilterConfig,
-    GroupConfig,
-    KLConfig,
-    LossConfig,
-    ObjectiveConfig,
-    RatioConfig,
-    Schedule,
-    ValueConfig,
-    check_against_rollout,
-    config_from_dict,
-    config_to_dict,
-    fields_read,
-    format_config_table,
-    with_overrides,
-)
+from objbench.algos.config import AdvantageConfig, FilterConfig, GroupConfig, KLConfig, LossConfig, ObjectiveConfig, RatioConfig, Schedule, ValueConfig, fields_read
+from objbench.algos.config_dict import check_against_rollout, config_from_dict, config_to_dict, format_config_table, with_overrides
 from objbench.algos import presets as _presets_module  # noqa: F401
 from objbench.algos.presets import get_preset, presets
 from objbench.algos.objective import METRIC_DOCS, compute_advantages, compute_loss, compute_value_loss

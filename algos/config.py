@@ -32,19 +32,18 @@ must be a valid setting (checked at the schedule's corner points, ``algos.schedu
 ``check_against_rollout(cfg, max_new_tokens)`` holds the checks that need the sampler's maximum response
 length, which lives outside the objective (the experiment config calls it).
 
-Helpers: ``with_overrides(cfg, {"loss.agg": "token_mean"})``, ``config_to_dict``, ``config_from_dict``,
-``format_config_table`` (every field on its own line, so two runs can be diffed).
+Helpers (algos/config_dict.py): ``with_overrides(cfg, {"loss.agg": "token_mean"})``, ``config_to_dict``,
+``config_from_dict``, ``format_config_table`` (every field on its own line, so two runs can be diffed). The type
+checks and the fields each member reads: algos/settings.py.
 
 Note: no ``from __future__ import annotations`` here, so that the field types stay real types for
 OmegaConf and for the type check below.
 """
 
 import dataclasses
-import math
-import numbers
 import typing
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Mapping, Optional
+from typing import Any, Dict, List, Optional
 
 # the component modules register their members on import; config validation reads the registries
 import objbench.algos.advantages as _advantages
@@ -61,6 +60,20 @@ from objbench.algos.registry import (
     SURROGATES,
 )
 from objbench.algos.schedules import Schedule, corners, objective_at, scheduled_values
+from objbench.algos.settings import (
+    KL_PLACEMENT_READS,
+    KL_PLACEMENTS,
+    _check_types,
+    _choice,
+    _default,
+    _get,
+    _range,
+    _readers,
+    _resolve_options,
+    _unwrap_optional,
+    fields_read,
+    member_settings,
+)
 
 __all__ = [
     "AdvantageConfig",
@@ -78,173 +91,38 @@ __all__ = [
     "ZERO_VAR_CHECKS",
     "fields_read",
     "member_settings",
-    "check_against_rollout",
-    "with_overrides",
-    "config_to_dict",
-    "config_from_dict",
-    "format_config_table",
 ]
 
 # what each KL placement reads; reward_zero_var_check only matters where the KL term shapes the reward
-KL_PLACEMENT_READS = {
-    "none": (),
-    "reward": ("kl.estimator", "kl.beta", "kl.clamp", "kl.reward_zero_var_check"),
-    "loss": ("kl.estimator", "kl.beta", "kl.clamp"),
-}
-KL_PLACEMENTS = tuple(KL_PLACEMENT_READS)
 ZERO_VAR_CHECKS = ("shaped", "outcome")
 # float fields that cannot follow a schedule, and why
 UNSCHEDULABLE = {"value.lr_scale": "the loop reads it once, when it builds the critic's optimizer"}
 
 
 # ------------------------------------------------------------------------------------------ validation
-def _unwrap_optional(tp):
-    if typing.get_origin(tp) is typing.Union:
-        args = [a for a in typing.get_args(tp) if a is not type(None)]
-        return args[0], True
-    return tp, False
 
 
-def _check_types(obj) -> None:
-    """Type-check (and normalise int -> float) every field of a config dataclass."""
-    cls = type(obj).__name__
-    hints = typing.get_type_hints(type(obj))
-    for f in dataclasses.fields(obj):
-        tp, optional = _unwrap_optional(hints[f.name])
-        v = getattr(obj, f.name)
-        where = f"{cls}.{f.name}"
-        if v is None:
-            if optional:
-                continue
-            raise ValueError(f"{where} must not be None")
-        if dataclasses.is_dataclass(tp):
-            if not isinstance(v, tp):
-                raise ValueError(f"{where} must be a {tp.__name__}, got {type(v).__name__}")
-        elif tp is bool:
-            if not isinstance(v, bool):
-                raise ValueError(f"{where} must be a bool, got {v!r}")
-        elif tp is int:
-            if isinstance(v, bool) or not isinstance(v, numbers.Integral):
-                raise ValueError(f"{where} must be an int, got {v!r}")
-            object.__setattr__(obj, f.name, int(v))
-        elif tp is float:
-            if isinstance(v, bool) or not isinstance(v, numbers.Real):
-                raise ValueError(f"{where} must be a float, got {v!r}")
-            object.__setattr__(obj, f.name, float(v))
-        elif tp is str:
-            if not isinstance(v, str):
-                raise ValueError(f"{where} must be a str, got {v!r}")
-        elif typing.get_origin(tp) is list:
-            object.__setattr__(obj, f.name, _check_list(where, v, typing.get_args(tp)[0]))
-        elif tp == Dict[str, Dict[str, Schedule]]:
-            object.__setattr__(obj, f.name, _check_schedule_map(where, v))
-        elif tp == Dict[str, Dict[str, Any]]:  # ObjectiveConfig.options, checked by _resolve_options
-            if not isinstance(v, Mapping) or not all(isinstance(x, Mapping) for x in v.values()):
-                raise ValueError(f"{where} must map member names to mappings of settings, got {v!r}")
-        else:  # pragma: no cover - guards the OmegaConf contract for future fields
-            raise TypeError(f"{where}: unsupported field type {tp!r}")
 
 
-def _check_list(where: str, v, elem) -> list:
-    if isinstance(v, (str, bytes, Mapping)) or not hasattr(v, "__iter__"):
-        raise ValueError(f"{where} must be a list of {elem.__name__}s, got {v!r}")
-    out = []
-    for i, x in enumerate(v):
-        ok = not isinstance(x, bool) and isinstance(x, numbers.Integral if elem is int else numbers.Real)
-        if not ok or (elem is float and not math.isfinite(x)):
-            raise ValueError(f"{where}[{i}] must be {'an int' if elem is int else 'a finite float'}, got {x!r}")
-        out.append(elem(x))
-    return out
 
 
-def _check_schedule_map(where: str, v) -> Dict[str, Dict[str, Schedule]]:
-    """section -> field -> Schedule (a mapping of settings is turned into a Schedule)."""
-    if not isinstance(v, Mapping):
-        raise ValueError(f"{where} must be a mapping section -> field -> schedule, got {v!r}")
-    out: Dict[str, Dict[str, Schedule]] = {}
-    for sec, fields in v.items():
-        if not isinstance(sec, str) or not isinstance(fields, Mapping):
-            raise ValueError(f"{where}: entries are <section>: {{<field>: <schedule>}}, got {sec!r}: {fields!r}")
-        out[sec] = {}
-        for name, sched in fields.items():
-            if isinstance(sched, Mapping):
-                try:
-                    sched = Schedule(**sched)
-                except TypeError as e:
-                    raise ValueError(f"{where}.{sec}.{name}: {e}") from None
-            if not isinstance(name, str) or not isinstance(sched, Schedule):
-                raise ValueError(f"{where}.{sec}.{name} must be a Schedule (kind, start, end, at, values), "
-                                 f"got {sched!r}")
-            out[sec][name] = sched
-    return out
 
 
-def _choice(obj, name: str, choices) -> None:
-    v = getattr(obj, name)
-    if v not in choices:
-        raise ValueError(f"{type(obj).__name__}.{name} must be one of {sorted(choices)}, got {v!r}")
 
 
-def _range(obj, name: str, ok: bool, what: str) -> None:
-    if not ok:
-        raise ValueError(f"{type(obj).__name__}.{name} must be {what}, got {getattr(obj, name)!r}")
 
 
-def _default(cls, name: str):
-    f = {f.name: f for f in dataclasses.fields(cls)}[name]
-    return f.default_factory() if f.default is dataclasses.MISSING else f.default
 
 
-def _get(cfg, path: str):
-    for part in path.split("."):
-        cfg = getattr(cfg, part)
-    return cfg
 
 
 # The component slots: the config field that picks a component, its candidates, and the fields each
 # candidate reads (dotted ObjectiveConfig paths). Validation only ever looks members up here, so a newly
 # registered estimator / surrogate / aggregation mode brings its own declaration.
-_SLOTS = (
-    ("adv.estimator", lambda: ADVANTAGE_ESTIMATORS.names(), lambda m: tuple(ADVANTAGE_ESTIMATORS.get(m).reads)),
-    ("ratio.surrogate", lambda: SURROGATES.names(), lambda m: tuple(f"ratio.{f}" for f in SURROGATES.get(m).reads)),
-    ("loss.agg", lambda: AGGREGATION_MODES.names(),
-     lambda m: tuple(f"loss.{f}" for f in getattr(AGGREGATION_MODES.get(m), "reads", ()))),
-    ("kl.placement", lambda: KL_PLACEMENTS, lambda m: KL_PLACEMENT_READS[m]),
-    ("filters.dynamic_sampling", lambda: (False, True), lambda m: ("filters.max_rounds",) if m else ()),
-    ("filters.overlong_penalty", lambda: (False, True),
-     lambda m: ("filters.overlong_cache", "filters.overlong_factor") if m else ()),
-    ("filters.top_select", lambda: (False, True),
-     lambda m: ("filters.top_fraction", "filters.top_min_keep") if m else ()),
-    ("filters.group_correction", lambda: (False, True),
-     lambda m: ("filters.correction_share", "filters.correction_factor") if m else ()),
-    ("groups.rule", lambda: GROUP_SIZE_RULES.names(),
-     lambda m: tuple(f"groups.{f}" for f in GROUP_SIZE_RULES.get(m).reads)),
-)
 
 
-def _readers() -> Dict[str, list]:
-    """Every field some component could read -> [(slot, member), ...] of the members that read it."""
-    out: Dict[str, list] = {}
-    for slot, candidates, reads in _SLOTS:
-        for member in candidates():
-            for path in reads(member):
-                out.setdefault(path, []).append((slot, member))
-    return out
 
 
-def fields_read(cfg) -> Dict[str, str]:
-    """The fields the components chosen by ``cfg`` (an ObjectiveConfig) read, each -> ``"slot=member"``.
-
-    Only fields that depend on a component choice appear; the others (name, n_minibatches, n_epochs, the
-    slots themselves, loss.entropy_coef, filters.overlong_filter, schedules) are always read; group_size is
-    read by groups.rule 'fixed' only (checked by ObjectiveConfig itself).
-    """
-    out: Dict[str, str] = {}
-    for slot, _, reads in _SLOTS:
-        member = _get(cfg, slot)
-        for path in reads(member):
-            out[path] = f"{slot}={member!r}"
-    return out
 
 
 # -------------------------------------------------------------------------------------------- configs
@@ -584,191 +462,30 @@ class ObjectiveConfig:
 
 
 # the slots whose members may declare settings of their own (a plug-in's dataclass), with their registries
-_SETTINGS_SLOTS = (("ratio.surrogate", SURROGATES), ("adv.estimator", ADVANTAGE_ESTIMATORS),
-                   ("groups.rule", GROUP_SIZE_RULES))
 
 
-def _settings_members(cfg) -> Dict[str, tuple]:
-    """The chosen members that declare settings: name -> (slot, settings dataclass)."""
-    out: Dict[str, tuple] = {}
-    for slot, registry in _SETTINGS_SLOTS:
-        name = _get(cfg, slot)
-        cls = getattr(registry.get(name), "settings", None)
-        if cls is not None:
-            if name in out:
-                raise ValueError(f"ObjectiveConfig: {out[name][0]} and {slot} both choose a member named {name!r} "
-                                 f"with settings; objective.options.{name} would be ambiguous (rename one)")
-            out[name] = (slot, cls)
-    return out
 
 
-def _resolve_options(cfg) -> Dict[str, Dict[str, Any]]:
-    """``cfg.options`` checked against the chosen members' settings dataclasses and completed with their defaults:
-    an entry for a member that is not chosen (or declares no settings), an unknown setting or a wrong type raises
-    ValueError naming ``objective.options.<member>.<field>``."""
-    members = _settings_members(cfg)
-    for name in cfg.options:
-        if name not in members:
-            raise ValueError(
-                f"ObjectiveConfig.options.{name}: no chosen component named {name!r} declares settings, so nothing "
-                f"reads them (chosen members with settings: {sorted(members) or 'none'})")
-    return {name: dataclasses.asdict(_settings_instance(name, cls, cfg.options.get(name, {})))
-            for name, (_, cls) in members.items()}
 
 
-def _settings_instance(name: str, cls, values: Mapping[str, Any]):
-    known = [f.name for f in dataclasses.fields(cls)]
-    for key in values:
-        if key not in known:
-            raise ValueError(f"ObjectiveConfig.options.{name}.{key}: {cls.__name__} has no setting {key!r}; its "
-                             f"settings: {', '.join(known) or 'none'}")
-    try:
-        inst = cls(**dict(values))
-    except (TypeError, ValueError) as e:
-        raise ValueError(f"ObjectiveConfig.options.{name}: {e}") from None
-    try:
-        _check_types(inst)
-    except (TypeError, ValueError) as e:
-        raise ValueError(f"ObjectiveConfig.options.{name}: {e}") from None
-    return inst
 
 
-def member_settings(cfg, name: str):
-    """The settings dataclass instance of chosen member ``name`` (``cfg.options[name]``), or None when the member
-    declares no settings."""
-    members = _settings_members(cfg)
-    return members[name][1](**cfg.options.get(name, {})) if name in members else None
 
 
-def check_against_rollout(cfg: ObjectiveConfig, max_new_tokens: int) -> None:
-    """Checks of the objective that need the sampler's maximum response length; ValueError naming the fields.
-
-    Call it with the *resolved* length, the one the sampler will use (experiments: ``rollout.max_new_tokens``,
-    or, when that is 0 = auto, ``task.max_response_len() + 6`` as ``experiments.train.make_setup`` computes it).
-
-    - filters.overlong_penalty: DAPO's expected length L_exp = max_new_tokens - overlong_cache must be >= 1,
-      i.e. overlong_cache < max_new_tokens (with overlong_cache = max_new_tokens every response would be
-      penalised; with more, ``filters.overlong_penalty`` itself raises at the first step).
-    """
-    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, numbers.Integral) or max_new_tokens < 1:
-        raise ValueError(f"max_new_tokens must be the resolved maximum response length, an int >= 1, got "
-                         f"{max_new_tokens!r}")
-    f = cfg.filters
-    if f.overlong_penalty and not f.overlong_cache < max_new_tokens:
-        raise ValueError(
-            f"objective.filters.overlong_cache = {f.overlong_cache} must be < rollout.max_new_tokens = "
-            f"{max_new_tokens} with filters.overlong_penalty: DAPO's soft zone is (L_exp, L_max] with "
-            f"L_max = max_new_tokens and L_exp = L_max - overlong_cache, which must be >= 1"
-        )
 
 
 # ------------------------------------------------------------------------------------------- helpers
-def config_to_dict(cfg) -> Dict[str, Any]:
-    """Nested plain dict of a config (dataclasses.asdict)."""
-    return dataclasses.asdict(cfg)
 
 
-def config_from_dict(d: Mapping[str, Any], cls=ObjectiveConfig):
-    """Inverse of ``config_to_dict``; unknown keys raise ValueError naming them. Missing keys take defaults."""
-    return with_overrides(cls(), _flatten(d))
 
 
-def _flatten(d: Mapping[str, Any], prefix: str = "") -> Dict[str, Any]:
-    out: Dict[str, Any] = {}
-    for k, v in d.items():
-        key = f"{prefix}{k}"
-        if isinstance(v, Mapping):
-            out.update(_flatten(v, key + "."))
-        else:
-            out[key] = v
-    return out
 
 
-def with_overrides(cfg, overrides: Mapping[str, Any], _prefix: str = ""):
-    """A copy of ``cfg`` with dotted-path overrides, e.g. ``{"loss.agg": "token_mean", "ratio.eps_high": 0.28}``.
-
-    Values may also be mappings for nested configs (``{"ratio": {"eps_high": 0.28}}``). Unknown keys raise
-    ValueError naming the full key and listing the valid fields; every touched config is re-validated
-    (all overrides of one section are applied together, so e.g. KL placement and beta can change at once).
-    """
-    grouped: Dict[str, Dict[str, Any]] = {}
-    mapped: Dict[str, Dict[str, Any]] = {}  # mapping-typed fields (ObjectiveConfig.schedules)
-    direct: Dict[str, Any] = {}
-    valid = {f.name: f for f in dataclasses.fields(cfg)}
-    for key, value in _flatten(overrides).items():
-        head, _, rest = key.partition(".")
-        full = f"{_prefix}{key}"
-        if head not in valid:
-            raise ValueError(
-                f"unknown config key {full!r} ({type(cfg).__name__} has no field {head!r}); "
-                f"valid fields: {', '.join(valid)}"
-            )
-        sub = getattr(cfg, head)
-        if rest and isinstance(sub, dict):
-            mapped.setdefault(head, {})[rest] = value
-        elif rest:
-            if not dataclasses.is_dataclass(sub):
-                raise ValueError(f"config key {full!r}: {type(cfg).__name__}.{head} has no sub-fields")
-            grouped.setdefault(head, {})[rest] = value
-        else:
-            if dataclasses.is_dataclass(sub) and not dataclasses.is_dataclass(value):
-                raise ValueError(f"config key {full!r} names a section; override its fields ({full}.<field>)")
-            direct[head] = value
-    for head, sub_overrides in grouped.items():
-        direct[head] = with_overrides(direct.get(head, getattr(cfg, head)), sub_overrides, f"{_prefix}{head}.")
-    for head, flat in mapped.items():
-        merge = _merge_options if head == "options" else _merge_schedules
-        direct[head] = merge(direct.get(head, getattr(cfg, head)), flat, f"{_prefix}{head}")
-    return dataclasses.replace(cfg, **direct)
 
 
-def _merge_schedules(current, flat: Mapping[str, Any], where: str) -> Dict[str, Dict[str, Schedule]]:
-    """``current`` (section -> field -> Schedule) with ``{"ratio.eps_high.kind": "linear", ...}`` applied
-    (or ``{"ratio.eps_high": Schedule(...)}``); the settings of one schedule are applied together."""
-    out = {sec: dict(fields) for sec, fields in current.items()}
-    pending: Dict[tuple, Dict[str, Any]] = {}
-    settings = [f.name for f in dataclasses.fields(Schedule)]
-    for key, value in flat.items():
-        parts = key.split(".")
-        if len(parts) == 2 and isinstance(value, Schedule):
-            out.setdefault(parts[0], {})[parts[1]] = value
-            continue
-        if len(parts) != 3:
-            raise ValueError(f"config key {where}.{key!r}: a schedule is set as {where}.<section>.<field>.<setting> "
-                             f"(e.g. {where}.ratio.eps_high.kind), settings: {', '.join(settings)}")
-        if parts[2] not in settings:
-            raise ValueError(f"unknown config key {where}.{key!r}: a Schedule has no setting {parts[2]!r}; "
-                             f"settings: {', '.join(settings)}")
-        pending.setdefault((parts[0], parts[1]), {})[parts[2]] = value
-    for (sec, name), kw in pending.items():
-        base = out.get(sec, {}).get(name, Schedule())
-        out.setdefault(sec, {})[name] = dataclasses.replace(base, **kw)
-    return out
 
 
-def _merge_options(current, flat: Mapping[str, Any], where: str) -> Dict[str, Dict[str, Any]]:
-    """``current`` (member -> setting -> value) with ``{"gpg.beta": 0.5}`` applied."""
-    out = {name: dict(values) for name, values in current.items()}
-    for key, value in flat.items():
-        name, dot, setting = key.partition(".")
-        if not dot or "." in setting:
-            raise ValueError(f"config key {where}.{key!r}: a plug-in member's setting is set as "
-                             f"{where}.<member>.<setting> (e.g. {where}.gpg.beta)")
-        out.setdefault(name, {})[setting] = value
-    return out
 
 
-def _leaves(cfg, prefix: str = ""):
-    for f in dataclasses.fields(cfg):
-        v = getattr(cfg, f.name)
-        if dataclasses.is_dataclass(v):
-            yield from _leaves(v, f"{prefix}{f.name}.")
-        else:
-            yield f"{prefix}{f.name}", v
 
 
-def format_config_table(cfg) -> str:
-    """Every leaf field as ``path  value``, one per line, in declaration order (diff two runs with it)."""
-    rows = list(_leaves(cfg))
-    width = max(len(k) for k, _ in rows)
-    return "\n".join(f"{k:<{width}}  {v!r}" for k, v in rows)

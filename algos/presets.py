@@ -14,16 +14,8 @@ from __future__ import annotations
 from types import MappingProxyType
 from typing import Any, Mapping
 
-from objbench.algos.config import (
-    AdvantageConfig,
-    FilterConfig,
-    KLConfig,
-    LossConfig,
-    ObjectiveConfig,
-    RatioConfig,
-    ValueConfig,
-    with_overrides,
-)
+from objbench.algos.config import AdvantageConfig, FilterConfig, KLConfig, LossConfig, ObjectiveConfig, RatioConfig, ValueConfig
+from objbench.algos.config_dict import with_overrides
 
 __all__ = ["presets", "get_preset", "PRESET_NAMES"]
 

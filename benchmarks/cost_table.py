@@ -34,7 +34,7 @@ from pathlib import Path
 
 import torch
 
-from objbench.experiments.provenance import git_commit, versions
+from objbench.experiments.run.provenance import git_commit, versions
 
 ARMS = {
     "ppo": ["objective=ppo"],
@@ -55,7 +55,7 @@ def _one(overrides: list[str], steps: int) -> dict:
     """One configuration in a child process (CPU: its own peak RSS)."""
     with tempfile.NamedTemporaryFile(suffix=".json", delete=False) as f:
         out = f.name
-    code = ("import json, sys; from objbench.experiments.bench import bench; "
+    code = ("import json, sys; from objbench.experiments.cli.bench import bench; "
             f"r = bench(None, {overrides!r}, steps={steps}, warmup=3, quiet=True); "
             f"json.dump(r, open({out!r}, 'w'))")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
@@ -69,7 +69,7 @@ def _one(overrides: list[str], steps: int) -> dict:
 
 def _one_cuda(overrides: list[str], steps: int) -> dict:
     """One configuration in this process on CUDA, with the allocator's peak reset first."""
-    from objbench.experiments.bench import bench
+    from objbench.experiments.cli.bench import bench
 
     gc.collect()
     torch.cuda.empty_cache()

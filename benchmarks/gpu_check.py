@@ -55,7 +55,7 @@ def _data(tmp: Path) -> Path:
 def _run(name: str, overrides: list[str], steps: int, out: Path) -> dict:
     """A short run through the real loop; step times from metrics.jsonl, peak memory from CUDA."""
     from objbench.experiments.config import load_config
-    from objbench.experiments.train import train
+    from objbench.experiments.run.train import train
 
     cuda = torch.cuda.is_available()
     if cuda:

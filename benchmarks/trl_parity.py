@@ -41,8 +41,8 @@ from pathlib import Path
 import torch
 
 from benchmarks import workload as W
-from objbench.experiments.loop_state import LoopState
-from objbench.experiments.provenance import peak_rss_mb  # VmHWM: each child's own peak, not its parent's
+from objbench.experiments.run.loop_state import LoopState
+from objbench.experiments.run.provenance import peak_rss_mb  # VmHWM: each child's own peak, not its parent's
 
 
 def objbench_overrides(beta: float, kl_estimator: str = "k3_ratio") -> list[str]:
@@ -67,7 +67,7 @@ KINDS = ("trl", "trl_default", "objbench")
 
 def run_objbench(model_dir: str, beta: float, steps: int) -> dict:
     from objbench.experiments.config import load_config
-    from objbench.experiments.setup import make_setup
+    from objbench.experiments.run.setup import make_setup
     from objbench.rollout.sft import load_policy
 
     cfg = load_config(None, objbench_overrides(beta))
@@ -81,8 +81,8 @@ def run_objbench(model_dir: str, beta: float, steps: int) -> dict:
 
 def objbench_timed(s, steps: int) -> dict:
     """``steps`` training steps of setup ``s``: step times (end to end), rewards, tokens, the rows, peak RSS."""
-    from objbench.experiments.setup import make_optimizers
-    from objbench.experiments.train import train_step
+    from objbench.experiments.run.setup import make_optimizers
+    from objbench.experiments.run.train import train_step
 
     opt, critic_opt = make_optimizers(s)
     state = LoopState()
@@ -379,8 +379,8 @@ def main(argv=None) -> int:
 def versions() -> dict:
     import trl
 
-    from objbench.experiments.provenance import git_commit
-    from objbench.experiments.provenance import versions as base
+    from objbench.experiments.run.provenance import git_commit
+    from objbench.experiments.run.provenance import versions as base
 
     return {**base(), "trl": trl.__version__, "threads": torch.get_num_threads(), "commit": git_commit()}
 

@@ -36,7 +36,7 @@ from pathlib import Path
 import torch
 
 from benchmarks import trl_parity as TP
-from objbench.experiments.provenance import peak_rss_mb
+from objbench.experiments.run.provenance import peak_rss_mb
 
 PROMPTS_PER_STEP, GROUP_SIZE, MAX_NEW_TOKENS, LR = 4, 8, 32, 3e-6
 TASK = {"name": "reasoning_gym", "dataset": "basic_arithmetic", "answer_format": "last_number", "eval_size": 48,
@@ -70,7 +70,7 @@ def prompt_rows(model_dir: str, n: int) -> tuple[list[str], list]:
 
 
 def run_objbench(model_dir: str, beta: float, steps: int, threads: int) -> dict:
-    from objbench.experiments.setup import build_setup
+    from objbench.experiments.run.setup import build_setup
 
     s = build_setup(real_config(model_dir, beta, threads=threads))
     s.policy.train()
@@ -178,7 +178,7 @@ def trl_split(model_dir: str, steps: int, skip: int) -> dict:
 
 def objbench_split(model_dir: str, steps: int, skip: int, threads: int) -> dict:
     """objbench bench (experiments/bench.py) on the same workload: seconds per step by phase."""
-    from objbench.experiments.bench import bench
+    from objbench.experiments.cli.bench import bench
     from objbench.experiments.config import to_yaml
 
     with tempfile.TemporaryDirectory() as tmp:

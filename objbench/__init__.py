@@ -34,7 +34,7 @@ def __getattr__(name: str):
 
         return load_config
     if name in ("train", "sweep", "load_runs", "read_data", "report"):
-        from objbench.experiments import api
+        from objbench.experiments.cli import api
 
         return getattr(api, name)
     raise AttributeError(f"module 'objbench' has no attribute {name!r}")

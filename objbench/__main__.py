@@ -1,6 +1,6 @@
 """python -m objbench ... : the same as the ``objbench`` command."""
 
-from objbench.experiments.cli import main
+from objbench.experiments.cli.main import main
 
 if __name__ == "__main__":
     raise SystemExit(main())

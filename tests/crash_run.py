@@ -21,8 +21,8 @@ def _crash_after(step: int) -> None:
 
 
 def install() -> None:
-    """Make every ``objbench.experiments.train.train`` call of this process crash after step CRASH_AT_STEP."""
-    import objbench.experiments.train as loop
+    """Make every ``objbench.experiments.run.train.train`` call of this process crash after step CRASH_AT_STEP."""
+    import objbench.experiments.run.train as loop
 
     original = loop.train
 
@@ -38,6 +38,6 @@ if CRASH_AT_STEP:
     install()
 
 if __name__ == "__main__":
-    from objbench.experiments.cli import main
+    from objbench.experiments.cli.main import main
 
     sys.exit(main(sys.argv[1:]))

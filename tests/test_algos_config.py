@@ -19,11 +19,8 @@ from objbench.algos.config import (
     ObjectiveConfig,
     RatioConfig,
     ValueConfig,
-    config_from_dict,
-    config_to_dict,
-    format_config_table,
-    with_overrides,
 )
+from objbench.algos.config_dict import config_from_dict, config_to_dict, format_config_table, with_overrides
 from objbench.algos.registry import ADVANTAGE_ESTIMATORS, AGGREGATION_MODES, KL_ESTIMATORS, RATIO_LEVELS, Registry
 from objbench.algos.schedules import Schedule, TemperatureControl
 

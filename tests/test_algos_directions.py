@@ -9,7 +9,8 @@ import torch
 
 from objbench import algos
 from objbench.algos.advantages import group_relative, rloo
-from objbench.algos.config import ObjectiveConfig, config_from_dict, config_to_dict, with_overrides
+from objbench.algos.config import ObjectiveConfig
+from objbench.algos.config_dict import config_from_dict, config_to_dict, with_overrides
 from objbench.algos.filters import group_reward_correction, top_fraction_keep
 from objbench.algos.schedules import (
     Schedule,

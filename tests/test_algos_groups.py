@@ -10,7 +10,8 @@ import torch
 
 from objbench import algos
 from objbench.algos.advantages import group_relative, group_stats, rloo
-from objbench.algos.config import GroupConfig, ObjectiveConfig, with_overrides
+from objbench.algos.config import GroupConfig, ObjectiveConfig
+from objbench.algos.config_dict import with_overrides
 from objbench.algos.filters import dynamic_sampling_keep
 from objbench.algos.groups import fill_budget, layout, update_pass_rates, wanted_sizes
 

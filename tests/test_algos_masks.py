@@ -8,7 +8,7 @@ import torch
 from objbench import algos
 from objbench.algos._checks import as_mask
 from objbench.algos.advantages import broadcast_to_tokens, gae, value_loss, whiten
-from objbench.algos.config import with_overrides
+from objbench.algos.config_dict import with_overrides
 from objbench.algos.filters import overlong_filter
 from objbench.algos.policy import sequence_log_ratio, sequence_token_log_ratio, token_log_ratio
 

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 import torch
+from import_graph import objbench_subpackages as _objbench_subpackages
 
 from objbench import algos
-from objbench.algos.config import with_overrides
-from import_graph import objbench_subpackages as _objbench_subpackages
+from objbench.algos.config_dict import with_overrides
 
 F64 = torch.float64
 ALGOS_DIR = Path(algos.__file__).parent

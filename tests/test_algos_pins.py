@@ -16,8 +16,8 @@ import pytest
 import torch
 
 from objbench import algos
-from objbench.algos.config import with_overrides
-from objbench.experiments.provenance import cpu_signature
+from objbench.algos.config_dict import with_overrides
+from objbench.experiments.run.provenance import cpu_signature
 
 F64 = torch.float64
 PRESETS = ["ppo", "grpo", "dr_grpo", "dapo", "gspo"]

@@ -8,7 +8,8 @@ import pytest
 import torch
 
 from objbench import algos
-from objbench.algos.config import RatioConfig, with_overrides
+from objbench.algos.config import RatioConfig
+from objbench.algos.config_dict import with_overrides
 from objbench.algos.registry import SURROGATES
 from objbench.algos.surrogates import OPTION_DEFAULTS
 

@@ -8,17 +8,9 @@ import dataclasses
 import pytest
 
 from objbench import algos
-from objbench.algos.config import (
-    AdvantageConfig,
-    FilterConfig,
-    KLConfig,
-    ObjectiveConfig,
-    _readers,
-    _SLOTS,
-    check_against_rollout,
-    fields_read,
-    with_overrides,
-)
+from objbench.algos.config import AdvantageConfig, FilterConfig, KLConfig, ObjectiveConfig
+from objbench.algos.config_dict import check_against_rollout, with_overrides
+from objbench.algos.settings import _SLOTS, _readers, fields_read
 
 # a valid non-default value for every field some component choice reads
 NON_DEFAULT = {

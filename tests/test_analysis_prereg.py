@@ -216,7 +216,7 @@ def test_an_eval_window_that_holds_no_evaluation_is_named():
 
 def test_a_sweep_whose_eval_window_holds_no_evaluation_is_refused_before_any_run(tmp_path):
     from objbench.experiments.config import ConfigError
-    from objbench.experiments.sweep import load_sweep
+    from objbench.experiments.sweeper.plan import load_sweep
 
     spec = tmp_path / "s.yaml"
     spec.write_text(yaml.safe_dump({

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 import objbench
-from objbench.experiments.api import _nested
+from objbench.experiments.cli.api import _nested
 
 ROOT = Path(__file__).resolve().parent.parent
 FAST = {"sft.steps": 20, "sft.batch_size": 16, "train.steps": 2, "rollout.completions_per_step": 16,
@@ -23,6 +23,23 @@ def test_dotted_and_nested_settings_become_one_nested_mapping():
         {"train": {"steps": 3, "eval_every": 2}, "objective": "dapo"}
     with pytest.raises(ValueError, match="also given a value"):
         _nested({"train": 3, "train.steps": 2})
+
+
+@pytest.mark.parametrize("order", ["preset first", "dotted key first"])
+def test_a_preset_and_its_dotted_settings_in_one_dict_load_as_on_the_command_line(order):
+    """{"objective": "grpo", "objective.loss.agg": "token_mean"} was refused (preset first) or lost its setting
+    (dotted key first); either order now gives the command line's config."""
+    from objbench.experiments.cli.api import _resolve
+    from objbench.experiments.config import load_config, to_dict
+
+    items = [("objective", "grpo"), ("objective.loss.agg", "token_mean"), ("task.reverse_answer", False),
+             ("task", "arithmetic")]
+    settings = dict(items if order == "preset first" else items[::-1])
+    want = load_config(None, ["objective=grpo", "objective.loss.agg=token_mean", "task=arithmetic",
+                              "task.reverse_answer=false"])
+    got = _resolve(settings, [])
+    assert got.objective.loss.agg == "token_mean" and got.objective.name == "grpo"
+    assert to_dict(got) == to_dict(want)
 
 
 def test_train_takes_a_dict_a_list_or_a_config_and_gives_the_same_run(tmp_path):

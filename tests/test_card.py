@@ -12,8 +12,8 @@ import pytest
 import yaml
 
 from objbench.analysis.card import parse_measures, score_card, seed_values
-from objbench.experiments.card import BATTERY_FILE, card_name, load_battery, user_settings
-from objbench.experiments.errors import ConfigError
+from objbench.experiments.card.run import BATTERY_FILE, card_name, load_battery, user_settings
+from objbench.experiments.config.errors import ConfigError
 
 
 class FakeRuns:
@@ -116,7 +116,7 @@ def small_battery(folder: Path) -> Path:
 
 
 def test_bad_card_input_fails_before_any_folder(tmp_path, capsys):
-    from objbench.experiments.cli import main
+    from objbench.experiments.cli.main import main
 
     out = tmp_path / "out"
     assert main(["card", "task.name=countdown", "--out", str(out)]) == 2
@@ -135,7 +135,7 @@ def test_bad_card_input_fails_before_any_folder(tmp_path, capsys):
 
 @pytest.mark.card
 def test_a_whole_card_with_a_reference_and_a_plugin(tmp_path, monkeypatch):
-    from objbench.experiments.cli import main
+    from objbench.experiments.cli.main import main
 
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("OBJBENCH_CACHE", str(tmp_path / "cache"))
@@ -195,7 +195,7 @@ def test_a_control_pair_by_hand():
 
 
 def test_the_validation_file_covers_every_diagnostic_and_loads():
-    from objbench.experiments.card_validation import load_validation, validation_spec
+    from objbench.experiments.card.validation import load_validation, validation_spec
 
     b = load_battery()
     v = load_validation(None, b)
@@ -222,7 +222,7 @@ def test_validation_status_takes_any_round_that_separated(tmp_path):
 
 
 def test_the_second_validation_round_loads_and_names_its_own_sweep():
-    from objbench.experiments.card_validation import VALIDATION_FILE, load_validation, validation_spec
+    from objbench.experiments.card.validation import VALIDATION_FILE, load_validation, validation_spec
 
     b = load_battery()
     v = load_validation(VALIDATION_FILE.parent / "validation_v2.yaml", b)
@@ -235,7 +235,7 @@ def test_the_second_validation_round_loads_and_names_its_own_sweep():
 
 @pytest.mark.card
 def test_a_whole_validation_on_a_small_battery(tmp_path, monkeypatch):
-    from objbench.experiments.cli import main
+    from objbench.experiments.cli.main import main
 
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("OBJBENCH_CACHE", str(tmp_path / "cache"))

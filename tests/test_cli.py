@@ -16,11 +16,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from objbench.experiments.cli import main
+from objbench.experiments.cli.main import main
 from objbench.experiments.config import ConfigError, TrainConfig, load_config, to_dict
-from objbench.experiments.errors import RunFolderError
-from objbench.experiments.fields import field_rows
-from objbench.experiments.train import train
+from objbench.experiments.config.errors import RunFolderError
+from objbench.experiments.config.fields import field_rows
+from objbench.experiments.run.train import train
 
 ROOT = Path(__file__).resolve().parent.parent
 FAST = ["sft.steps=20", "sft.batch_size=16", "train.steps=4", "rollout.completions_per_step=16",
@@ -34,12 +34,13 @@ def _cache(tmp_path_factory, monkeypatch):
 
 
 def test_help_lists_every_field_without_importing_torch():
-    code = ("import sys\nfrom experiments.cli import main\ntry:\n    main(['train', '--help'])\n"
+    code = ("import sys\nfrom objbench.experiments.cli.main import main\ntry:\n    main(['train', '--help'])\n"
             "except SystemExit:\n    pass\nassert 'torch' not in sys.modules, 'torch imported'\n")
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     for key in ("model.path", "optim.lr", "objective.ratio.surrogate", "rollout.chat_template", "sft.steps"):
         assert f"  {key} (" in out.stdout, key
+    assert "field(" not in out.stdout and "added_later" not in out.stdout  # defaults as values, not source
 
 
 def test_field_listing_matches_the_dataclasses():
@@ -62,7 +63,7 @@ def test_config_command_prints_the_resolved_config(capsys):
 
 
 def test_sweep_help_lists_the_fields_and_print_config_gives_one_runs_config(tmp_path, capsys):
-    from objbench.experiments.sweep import load_sweep
+    from objbench.experiments.sweeper.plan import load_sweep
 
     with pytest.raises(SystemExit):
         main(["sweep", "--help"])
@@ -226,7 +227,7 @@ def test_a_cold_warm_start_says_so_and_shows_progress_in_a_log_file_too(tmp_path
 def test_wandb_mode_is_offline_only_when_nothing_is_configured(tmp_path, monkeypatch):
     """WANDB_MODE, an API key and a `wandb login` (~/.netrc for the wandb host) are left to wandb; with none of
     them the run goes offline instead of blocking on a login prompt. Needs no wandb installed."""
-    from objbench.experiments.logs import wandb_mode
+    from objbench.experiments.run.logs import wandb_mode
 
     for k in ("WANDB_MODE", "WANDB_API_KEY", "WANDB_BASE_URL", "NETRC"):
         monkeypatch.delenv(k, raising=False)
@@ -268,3 +269,14 @@ def test_wandb_resumed_run_continues_the_same_wandb_run(tmp_path, monkeypatch):
     dirs = list((run / "wandb").glob("offline-run-*"))
     assert len(dirs) == 2 and all(d.name.endswith(run_id) for d in dirs)  # two sessions, one wandb run id
     assert [json.loads(l)["step"] for l in open(run / "metrics.jsonl")] == [1, 2, 3, 4]
+
+
+def test_a_run_logged_to_a_file_prints_a_line_per_evaluation_and_no_bar(tmp_path, capsys):
+    """stderr is not a terminal here (as in a log file): no progress bar (tqdm redraws it with carriage returns),
+    one line per evaluation instead."""
+    train(load_config(None, FAST + [f"out_dir={tmp_path}", "name=logged"]), progress=True)
+    out, err = capsys.readouterr()
+    assert "\r" not in out + err and "step/s" not in err and "s/step" not in err
+    lines = [line for line in out.splitlines() if line.startswith("logged step ")]
+    assert [line.split()[2].rstrip(":") for line in lines] == ["2/4", "4/4"], out
+    assert all("eval/acc" in line for line in lines)

@@ -133,7 +133,7 @@ def recording(monkeypatch, tmp_path_factory):
 
 
 def test_every_rollout_samples_from_the_latest_weights(recording, tmp_path):
-    from objbench.experiments.train import train
+    from objbench.experiments.run.train import train
 
     # 8 groups a step, so that every step has a group with a reward spread (an update that moves the weights)
     train(load_config(None, _args(*FAST, "train.steps=4", "rollout.completions_per_step=64", f"out_dir={tmp_path}")),
@@ -145,7 +145,7 @@ def test_every_rollout_samples_from_the_latest_weights(recording, tmp_path):
 
 
 def test_a_resumed_run_syncs_the_engine_with_the_checkpoint(recording, tmp_path, monkeypatch):
-    import objbench.experiments.train as T
+    import objbench.experiments.run.train as T
 
     cfg = load_config(None, _args(*FAST, "train.steps=4", f"out_dir={tmp_path}"))
     real_update = T.update

@@ -90,7 +90,7 @@ def test_bad_settings_name_the_problem(kw, says):
 
 
 def test_weight_shares_by_hand():
-    from objbench.experiments.diagnostics import weight_shares
+    from objbench.experiments.run.diagnostics import weight_shares
 
     # four responses, sequence-level advantages +1, -1 (difficulty 1) and +0.5, -0.5 (difficulty 2), lengths 1 2 2 4
     adv = torch.tensor([[1.0, 1, 1, 1], [-1, -1, -1, -1], [0.5, 0.5, 0.5, 0.5], [-0.5, -0.5, -0.5, -0.5]])
@@ -118,7 +118,7 @@ def test_warm_start_demonstrations_use_each_components_noise():
     reference answer, component 2 at 1.0 has one digit wrong in every one, component 3 (None) falls back to
     sft.noise = 0.5; the clean phase corrupts nothing."""
     from objbench.experiments.config import load_config
-    from objbench.experiments.warmstart import demonstrations
+    from objbench.experiments.run.warmstart import demonstrations
 
     task = make_task("mixture", components=[ADD1, SUB2, MUL1], sft_noise=[0.0, 1.0, None])
     cfg = load_config(None, ["sft.noise=0.5"])
@@ -136,7 +136,7 @@ def test_warm_start_demonstrations_use_each_components_noise():
 def test_a_training_run_logs_per_component_metrics(tmp_path, monkeypatch):
     """A few steps of GRPO on a two-component mixture through the CLI (a YAML config): per-component accuracy,
     weight shares that sum to 1, per-component held-out pass rates."""
-    from objbench.experiments.cli import main
+    from objbench.experiments.cli.main import main
 
     monkeypatch.setenv("OBJBENCH_CACHE", str(tmp_path / "cache"))
     cfgfile = tmp_path / "mix.yaml"
@@ -158,7 +158,7 @@ def test_a_whole_task_section_as_one_override_and_in_a_sweep_spec(tmp_path):
     """`task={...}` on the command line and `set: {task: {...}}` in a sweep spec replace the task (both were
     silently dropped before: the default arithmetic task trained instead)."""
     from objbench.experiments.config import load_config
-    from objbench.experiments.sweep import load_sweep
+    from objbench.experiments.sweeper.plan import load_sweep
 
     section = {"name": "mixture", "components": [ADD1, SUB2], "sft_noise": [0.1, None]}
     cfg = load_config(None, ["task=" + json.dumps(section), "task.weights=[2,1]"])

@@ -116,7 +116,7 @@ def test_bad_settings_name_the_field(kwargs, needle):
 
 def test_a_short_run_logs_long_responses_and_filler(tmp_path):
     from objbench.experiments.config import load_config
-    from objbench.experiments.train import train
+    from objbench.experiments.run.train import train
 
     cfg = load_config(None, ["task.name=scratchpad", "task.max_digits=2", "task.difficulty_weights={2: 1}",
                              "task.filler_max=4", "sft.steps=40", "train.steps=2", "train.eval_every=2",
@@ -129,7 +129,7 @@ def test_a_short_run_logs_long_responses_and_filler(tmp_path):
 
 
 def test_a_model_folder_with_a_bpe_tokenizer_runs_the_task(tmp_path, monkeypatch):
-    from objbench.experiments.cli import main
+    from objbench.experiments.cli.main import main
     from objbench.rollout.toy_hf import write_toy_model
 
     monkeypatch.setenv("OBJBENCH_CACHE", str(tmp_path / "cache"))
@@ -148,7 +148,7 @@ def test_a_short_run_with_the_verdict_interjects_it(tmp_path):
     import re
 
     from objbench.experiments.config import load_config
-    from objbench.experiments.train import train
+    from objbench.experiments.run.train import train
 
     cfg = load_config(None, ["task.name=scratchpad", "task.max_digits=1", "task.difficulty_weights={1: 1}",
                              "task.filler_max=4", "task.verdict=true", "sft.steps=150", "train.steps=2",

@@ -6,8 +6,8 @@ import math
 
 import pytest
 
-from objbench.experiments.cli import main
-from objbench.experiments.metrics import undocumented
+from objbench.experiments.cli.main import main
+from objbench.experiments.run.metrics import undocumented
 
 # format_reward 0.5: well-formed wrong answers earn 0.5, so groups are not all-equal even this early
 FAST = ["sft.steps=20", "train.steps=3", "rollout.completions_per_step=16", "train.eval_size=6",
@@ -46,7 +46,7 @@ def test_eval_temperature_stays_fixed_while_training_temperature_moves(tmp_path)
     """train.eval_temperature: held-out sampling at 1.0 while training samples 1.2 -> 0.7, so a temperature arm is
     evaluated like its baseline; unset, held-out sampling uses rollout.temperature; <= 0 is refused at load."""
     from objbench.experiments.config import ConfigError, load_config
-    from objbench.experiments.setup import build_setup
+    from objbench.experiments.run.setup import build_setup
 
     over = [*FAST, f"out_dir={tmp_path}", "rollout.temperature=1.2", "rollout.temperature_schedule.kind=linear",
             "rollout.temperature_schedule.end=0.7"]
@@ -141,10 +141,10 @@ def _collect_fixed_responses(share, factor=0.8):
     import torch
 
     from objbench.envs.tokenizer import EOS_ID, PAD_ID, VOCAB_SIZE, build_char_tokenizer
-    from objbench.experiments.collect import collect
+    from objbench.experiments.run.collect import collect
     from objbench.experiments.config import build_task, load_config
-    from objbench.experiments.loop_state import LoopState
-    from objbench.experiments.setup import make_setup
+    from objbench.experiments.run.loop_state import LoopState
+    from objbench.experiments.run.setup import make_setup
     from objbench.rollout.engine import Generation
     from objbench.rollout.models import build_policy
 

@@ -6,8 +6,8 @@ import json
 import pytest
 import torch
 
-from objbench.experiments.cli import main
-from objbench.experiments.metrics import undocumented
+from objbench.experiments.cli.main import main
+from objbench.experiments.run.metrics import undocumented
 
 
 def _collect_fixed_lengths(*overrides):
@@ -15,10 +15,10 @@ def _collect_fixed_lengths(*overrides):
     rollout.max_new_tokens = 6. Response lengths |y| (EOS included): 2, 4, 5, 6 and 6 truncated (no EOS), then
     three of length 2; the second group the same. Returns (rewards of the training batch, metrics)."""
     from objbench.envs.tokenizer import EOS_ID, PAD_ID, VOCAB_SIZE, build_char_tokenizer
-    from objbench.experiments.collect import collect
+    from objbench.experiments.run.collect import collect
     from objbench.experiments.config import build_task, load_config
-    from objbench.experiments.loop_state import LoopState
-    from objbench.experiments.setup import make_setup
+    from objbench.experiments.run.loop_state import LoopState
+    from objbench.experiments.run.setup import make_setup
     from objbench.rollout.engine import Generation
     from objbench.rollout.models import build_policy
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from objbench.experiments.config import ConfigError
-from objbench.experiments.sweep import load_sweep
+from objbench.experiments.sweeper.plan import load_sweep
 
 FAST = {"sft.steps": 30, "sft.batch_size": 32, "train.steps": 4, "rollout.completions_per_step": 16,
         "task.eval_per_difficulty": 2, "train.eval_samples": 2, "train.eval_every": 2,
@@ -92,7 +92,7 @@ def test_bad_specs_fail_before_any_run(tmp_path, body, needle):
 def test_a_spec_is_a_frozen_dataclass_normalised_when_built(tmp_path):
     from dataclasses import FrozenInstanceError
 
-    from objbench.experiments.sweep_spec import SPEC_KEYS, SweepResources, SweepSpec, load_spec
+    from objbench.experiments.sweeper.spec import SPEC_KEYS, SweepResources, SweepSpec, load_spec
 
     spec = load_spec(_spec(tmp_path, "arms: [ppo, gspo]\nseeds: 2\nresources: {gpus_per_run: 1}\n"))
     assert spec.name == "s" and spec.seeds == (0, 1) and spec.resources == SweepResources(1.0)
@@ -163,8 +163,8 @@ def test_every_shipped_sweep_spec_resolves(spec, tmp_path_factory):
 
 def test_sweep_warns_when_its_code_is_not_in_a_git_checkout(tmp_path, monkeypatch, capsys):
     """A --target or non-editable install has no git: the runs record commit 'unknown'; the sweep says so."""
-    from objbench.experiments import provenance
-    from objbench.experiments.sweep import write_sweep_files
+    from objbench.experiments.run import provenance
+    from objbench.experiments.sweeper.sweep import write_sweep_files
 
     sw = load_sweep(_spec(tmp_path, "arms: [grpo]\n"), out_dir=str(tmp_path / "out"))
     write_sweep_files(sw, "objbench sweep s.yaml")
@@ -183,7 +183,7 @@ def test_sweep_notes_when_its_seeds_cannot_resolve_any_declared_comparison(tmp_p
     alpha 0.05, 2/2^6 = 0.031 > 0.025 and 2/2^7 = 0.016 <= 0.025, so 6 seeds cannot resolve anything and 7 can; a
     family of 3 (alpha/m = 0.0167) needs 7 as well (0.0156). Both SmolLM2 studies (4 and 3 seeds) were such studies."""
     from objbench.analysis.prereg import parse_plan, unresolvable_warning
-    from objbench.experiments.sweep import write_sweep_files
+    from objbench.experiments.sweeper.sweep import write_sweep_files
 
     two = parse_plan({"endpoints": ["eval/pass@1", "eval/acc"], "comparisons": [["b", "a"]]}, ["a", "b"])
     assert two.family_size == 2

@@ -10,8 +10,8 @@ import pytest
 import torch
 
 from objbench.experiments.config import ConfigError, load_config
-from objbench.experiments.loop_state import LoopState
-from objbench.experiments.train import NONDETERMINISTIC_KEYS, train
+from objbench.experiments.run.loop_state import LoopState
+from objbench.experiments.run.train import NONDETERMINISTIC_KEYS, train
 
 CRASH_RUN = str(Path(__file__).with_name("crash_run.py"))  # the CLI, crashing hard after a given step
 FAST = ["sft.steps=30", "train.steps=4", "rollout.completions_per_step=16", "train.eval_size=6",
@@ -62,7 +62,7 @@ def test_run_writes_every_file_with_provenance(tmp_path):
     # on-policy single minibatch: the importance ratio is 1 up to float error
     assert abs(rows[0]["policy/ratio_max"] - 1) < 1e-4
     # every logged key is documented in experiments/metrics.py
-    from objbench.experiments.metrics import undocumented
+    from objbench.experiments.run.metrics import undocumented
 
     assert undocumented({k for r in rows + evals for k in r}) == []
     # difficulty-bias measurement: with binary rewards a group's total |A| has a closed form in its pass count
@@ -80,7 +80,7 @@ def test_run_writes_every_file_with_provenance(tmp_path):
 
 
 def test_every_ppo_key_is_documented(tmp_path):
-    from objbench.experiments.metrics import undocumented
+    from objbench.experiments.run.metrics import undocumented
 
     run = train(_cfg(tmp_path, "objective=ppo", "name=p", "train.steps=1", "train.eval_every=1"), progress=False)
     keys = {k for r in _rows(run / "metrics.jsonl") + _rows(run / "eval.jsonl") for k in r}
@@ -130,7 +130,7 @@ def test_a_tiny_grad_clip_clips_every_step_and_zero_turns_clipping_off(tmp_path,
 
 
 def test_filler_lengths_are_logged_by_correctness(tmp_path):
-    from objbench.experiments.metrics import undocumented
+    from objbench.experiments.run.metrics import undocumented
 
     run = train(_cfg(tmp_path, "name=f", "task.filler_max=6", "task.filler_position=after", "task.filler_demo_max=2",
                      "task.format_reward=0.5", "rollout.completions_per_step=32"), progress=False)  # some correct
@@ -169,7 +169,7 @@ def test_prompt_stream_is_identical_across_objectives(tmp_path):
 @pytest.mark.robustness
 def test_resume_after_hard_crash_has_no_duplicate_or_missing_steps(tmp_path):
     cfg_args = _args(*FAST, f"out_dir={tmp_path}", "name=r", "train.steps=6")
-    cmd = [sys.executable, "-m", "objbench.experiments.cli", "train", "--quiet", *cfg_args]
+    cmd = [sys.executable, "-m", "objbench.experiments.cli.main", "train", "--quiet", *cfg_args]
     env = {**os.environ, "OBJBENCH_TEST_CRASH_AT_STEP": "5"}  # dies after logging step 5; checkpoint is at 4
     p = subprocess.run([sys.executable, CRASH_RUN, *cmd[3:]], env=env, capture_output=True, text=True, timeout=300)
     assert p.returncode == 3, p.stderr[-2000:]
@@ -232,7 +232,7 @@ def test_bench_charges_a_slow_phase_to_its_own_key(monkeypatch):
     import time
 
     from objbench import algos
-    from objbench.experiments.bench import bench
+    from objbench.experiments.cli.bench import bench
 
     real, delay, calls = algos.compute_loss, 1.0, []
 
@@ -260,8 +260,8 @@ def test_special_token_inside_a_response_makes_it_invalid():
 
     from objbench.envs.tokenizer import EOS_ID, PAD_ID, VOCAB_SIZE, build_char_tokenizer
     from objbench.experiments.config import build_task
-    from objbench.experiments.sample import INVALID_MARK, rollout
-    from objbench.experiments.setup import make_setup
+    from objbench.experiments.run.sample import INVALID_MARK, rollout
+    from objbench.experiments.run.setup import make_setup
     from objbench.rollout.engine import Generation
     from objbench.rollout.models import build_policy
 
@@ -297,7 +297,7 @@ def test_fast_response_decoding_equals_batch_decode():
 
 
 def test_countdown_trains_from_the_command_line(tmp_path):
-    from objbench.experiments.cli import main
+    from objbench.experiments.cli.main import main
 
     assert main(["train", "--quiet", "task.name=countdown", *FAST, f"out_dir={tmp_path}", "name=cd"]) == 0
     cfg = (tmp_path / "cd" / "config.yaml").read_text()
@@ -311,7 +311,7 @@ def test_warm_start_does_not_depend_on_the_callers_thread_count(tmp_path):
     import torch
 
     from objbench.experiments.config import build_task
-    from objbench.experiments.warmstart import warm_start
+    from objbench.experiments.run.warmstart import warm_start
 
     before = torch.get_num_threads()
     cfg = load_config(None, ["sft.steps=12", "sft.batch_size=16", "train.threads=2"])
@@ -330,9 +330,9 @@ def test_evaluation_uses_the_current_weights(tmp_path):
     fused-weight cache, no engine holding the start weights)."""
     import torch
 
-    from objbench.experiments.evaluate import evaluate
-    from objbench.experiments.setup import build_setup, make_optimizers, make_setup
-    from objbench.experiments.train import train_step
+    from objbench.experiments.run.evaluate import evaluate
+    from objbench.experiments.run.setup import build_setup, make_optimizers, make_setup
+    from objbench.experiments.run.train import train_step
 
     cfg = _cfg(tmp_path, "objective=grpo", "name=e")
     s = build_setup(cfg)
@@ -353,7 +353,7 @@ def test_f32_mean_of_ints_is_torch_mean_of_the_same_values():
     # rollout_metrics averages counts and lengths in Python; the logged numbers must stay torch's float32 means
     import torch
 
-    from objbench.experiments.step_metrics import f32_mean_of_ints
+    from objbench.experiments.run.step_metrics import f32_mean_of_ints
 
     for n in [1, 2, 3, 7, 8, 9, 15, 16, 17, 31, 64, 100, 255, 256, 257, 511, 1000, 1024, 4096]:
         for k in sorted({0, 1, n // 3, n // 2, n - 1, n}):
@@ -364,8 +364,8 @@ def test_f32_mean_of_ints_is_torch_mean_of_the_same_values():
 
 
 def test_stale_rollouts_sample_with_the_weights_of_staleness_updates_ago(tmp_path):
-    from objbench.experiments.setup import build_setup, make_optimizers
-    from objbench.experiments.train import train_step
+    from objbench.experiments.run.setup import build_setup, make_optimizers
+    from objbench.experiments.run.train import train_step
     from objbench.rollout.scoring import score
 
     cfg = load_config(None, _args(*FAST, f"out_dir={tmp_path}", "rollout.staleness=2", "objective=grpo"))
@@ -401,7 +401,7 @@ def test_stale_rollouts_sample_with_the_weights_of_staleness_updates_ago(tmp_pat
 def test_stale_rollouts_resume_equal_to_an_uninterrupted_run(tmp_path):
     cfg_args = _args(*FAST, f"out_dir={tmp_path}", "name=r", "train.steps=6", "rollout.staleness=3",
                      "train.checkpoint_every=2")
-    cmd = [sys.executable, "-m", "objbench.experiments.cli", "train", "--quiet", *cfg_args]
+    cmd = [sys.executable, "-m", "objbench.experiments.cli.main", "train", "--quiet", *cfg_args]
     p = subprocess.run([sys.executable, CRASH_RUN, *cmd[3:]], env={**os.environ, "OBJBENCH_TEST_CRASH_AT_STEP": "5"},
                        capture_output=True, text=True, timeout=300)
     assert p.returncode == 3, p.stderr[-2000:]

@@ -5,9 +5,9 @@ import pytest
 import torch
 
 from objbench.experiments.config import load_config
-from objbench.experiments.sample import rollout
-from objbench.experiments.setup import build_setup, make_optimizers
-from objbench.experiments.train import update
+from objbench.experiments.run.sample import rollout
+from objbench.experiments.run.setup import build_setup, make_optimizers
+from objbench.experiments.run.update import update
 
 SETTINGS = ["sft.steps=200", "train.threads=1", "rollout.completions_per_step=32", "task.filler_max=6",
             "task.filler_position=after", "task.filler_demo_max=2", "task.verdict=true", "objective=grpo"]

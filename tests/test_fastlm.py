@@ -96,9 +96,9 @@ def test_config_switch_selects_the_forward_of_every_model_call(monkeypatch, forw
     forward only; auto: through the lean one (the spy sees it, so the check can fail)."""
     from objbench.envs.tokenizer import VOCAB_SIZE, build_char_tokenizer
     from objbench.experiments.config import build_task, load_config
-    from objbench.experiments.loop_state import LoopState
-    from objbench.experiments.setup import make_optimizers, make_setup
-    from objbench.experiments.train import train_step
+    from objbench.experiments.run.loop_state import LoopState
+    from objbench.experiments.run.setup import make_optimizers, make_setup
+    from objbench.experiments.run.train import train_step
 
     cfg = load_config(None, [f"model.forward={forward}", "objective=grpo", "rollout.completions_per_step=16",
                              "train.eval_size=4"])

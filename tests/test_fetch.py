@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from objbench.experiments.cli import main
+from objbench.experiments.cli.main import main
 from objbench.rollout import fetch
 from objbench.rollout.fetch import (
     MODELS,
@@ -154,7 +154,7 @@ def test_cli_models_list_and_bad_input(tmp_path, capsys):
 
 
 def test_cli_models_list_runs_as_a_module_without_torch():
-    code = ("import sys\nfrom objbench.experiments.cli import main\nrc = main(['models', 'list'])\n"
+    code = ("import sys\nfrom objbench.experiments.cli.main import main\nrc = main(['models', 'list'])\n"
             "assert 'torch' not in sys.modules, 'torch imported'\nsys.exit(rc)\n")
     out = subprocess.run([sys.executable, "-c", code], check=False, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
@@ -196,7 +196,7 @@ def test_fetch_converts_to_a_folder_with_the_gguf_models_logits(tmp_path):
 
     # ... and it trains: 2 GRPO steps on reasoning-gym sums with micro-batches, as the README's command
     pytest.importorskip("reasoning_gym")
-    from objbench.experiments.cli import main
+    from objbench.experiments.cli.main import main
 
     out = tmp_path / "runs"
     rc = main(["train", "--quiet", f"model.path={dest}", "task.name=reasoning_gym", "task.dataset=basic_arithmetic",

@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from objbench.experiments.config import load_config
-from objbench.experiments.train import NONDETERMINISTIC_KEYS, train
+from objbench.experiments.run.train import NONDETERMINISTIC_KEYS, train
 
 pytestmark = [pytest.mark.gpu,
               pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")]
@@ -127,7 +127,7 @@ def test_model_folder_trains_and_resumes_on_cuda(tmp_path, toy_model, dtype):
     base = [f"model.path={toy_model}", "task.name=arithmetic", "model.device=cuda", f"model.dtype={dtype}",
             "sft.steps=40", "rollout.completions_per_step=32", "train.eval_size=16", "train.eval_samples=2",
             "train.eval_every=2", "train.checkpoint_every=2", "train.steps=5", f"out_dir={tmp_path}"]
-    cmd = [sys.executable, "-m", "objbench.experiments.cli", "train", "--quiet", *base, "name=r"]
+    cmd = [sys.executable, "-m", "objbench.experiments.cli.main", "train", "--quiet", *base, "name=r"]
     crash = [sys.executable, str(Path(__file__).with_name("crash_run.py")), *cmd[3:]]  # hard crash after step 3
     p = subprocess.run(crash, env={**os.environ, "OBJBENCH_TEST_CRASH_AT_STEP": "3"}, capture_output=True,
                        text=True, timeout=600)

@@ -26,18 +26,19 @@ def private_task():
     for the duration of the test (monkeypatch puts the real one back), and the task built into it is dropped
     with it; the real cache's tasks are checked untouched afterwards."""
     import objbench.experiments.config as C
+    import objbench.experiments.config.task as T
 
     def attributes(cache):
         return {k: {a: id(v) for a, v in vars(t).items()} for k, t in cache.items()}
 
-    real_cache = C._TASKS
+    real_cache = T._TASKS
     before = attributes(real_cache)
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(C, "_TASKS", {})
+        mp.setattr(T, "_TASKS", {})
         task = C.build_task(C.load_config(None, []))
         assert all(task is not t for t in real_cache.values())
         yield task
-    assert C._TASKS is real_cache and attributes(real_cache) == before  # no cached task was changed
+    assert T._TASKS is real_cache and attributes(real_cache) == before  # no cached task was changed
 
 
 def _hand_case():
@@ -140,7 +141,7 @@ def test_a_bpe_tokenizer_never_takes_the_table_path():
 
 
 def test_a_deterministic_reward_verifies_each_distinct_completion_once(private_task, monkeypatch):
-    from objbench.experiments.sample import verify
+    from objbench.experiments.run.sample import verify
 
     task = private_task
     calls = []
@@ -165,7 +166,7 @@ def test_a_deterministic_reward_verifies_each_distinct_completion_once(private_t
 
 
 def test_peak_rss_reads_getrusage_only_where_it_equals_vmhwm(monkeypatch):
-    import objbench.experiments.provenance as T
+    import objbench.experiments.run.provenance as T
 
     if T._vmhwm_kb() is None:
         pytest.skip("no /proc/self/status (not Linux)")
@@ -207,7 +208,7 @@ def test_timed_adds_each_block_to_its_key_and_passes_exceptions():
     from collections import defaultdict
     from types import SimpleNamespace
 
-    from objbench.experiments.setup import timed
+    from objbench.experiments.run.setup import timed
 
     s = SimpleNamespace(timers=defaultdict(float))
     with timed(s, "a"):
@@ -220,7 +221,7 @@ def test_timed_adds_each_block_to_its_key_and_passes_exceptions():
 
 def test_zero_var_frac_equals_the_tensor_computation():
     from objbench.algos.advantages import zero_variance_groups
-    from objbench.experiments.step_metrics import zero_var_frac
+    from objbench.experiments.run.step_metrics import zero_var_frac
 
     nan = float("nan")
     cases = [([1.0, 1.0, 0.0, 0.0, 0.5, 0.5], 2), ([0.0, -0.0, 1.0, 1.0 + 2 ** -23], 2),
@@ -237,7 +238,7 @@ def test_zero_var_frac_equals_the_tensor_computation():
 
 
 def test_prompt_stream_gives_the_task_prompts_for_any_request_order(private_task, monkeypatch):
-    from objbench.experiments.setup import PromptStream
+    from objbench.experiments.run.setup import PromptStream
 
     task = private_task
     calls = []
@@ -262,7 +263,7 @@ def test_prompt_stream_of_a_finite_task_raises_only_past_its_end():
     """A task whose stream ends (the TRL benchmark's fixed list of problems) must run to its last problem: the
     stream's draw ahead stops at the end instead of failing the step, and asking past the end still raises."""
     from benchmarks.workload import UniformAddition
-    from objbench.experiments.setup import PromptStream
+    from objbench.experiments.run.setup import PromptStream
 
     task = UniformAddition(n=40)
     for start, n in [(0, 32), (32, 8), (39, 1), (0, 40)]:
@@ -288,7 +289,7 @@ def test_prompt_stream_encoding_is_the_codecs_encoding_of_the_same_prompts():
     from transformers import PreTrainedTokenizerFast
 
     from objbench.experiments.config import build_task, load_config
-    from objbench.experiments.setup import PromptStream
+    from objbench.experiments.run.setup import PromptStream
     from objbench.rollout.bundle import Codec, char_codec
 
     core = Tokenizer(models.BPE(unk_token="<unk>"))
@@ -310,7 +311,7 @@ def test_prompt_stream_encoding_is_the_codecs_encoding_of_the_same_prompts():
 def test_cpu_column_is_torch_tensor_of_the_same_values():
     import numpy as np
 
-    from objbench.experiments.sample import cpu_column
+    from objbench.experiments.run.sample import cpu_column
 
     cases = [([0.0, 1.0, 0.1, -0.0, float("nan"), float("inf"), 1e300, 1e-50, 3, True, np.float64(0.5)], torch.float32),
              ([True, False, 1, 0, 2, np.bool_(True)], torch.bool), ([1, 2, 3, -5, 2 ** 40], torch.long),

@@ -17,7 +17,7 @@ from objbench import algos
 from objbench.algos import presets as PRESETS
 from objbench.algos.aggregate import AGGREGATION_MODES
 from objbench.algos.presets import with_overrides
-from objbench.experiments.train import Minibatch, accumulated_backward, critic_step, whole_backward
+from objbench.experiments.run.update import Minibatch, critic_step, policy_backward
 from objbench.rollout.models import ValueModel
 from objbench.rollout.scoring import Scored, row_blocks, score, score_blocks
 from objbench.rollout.toy_hf import build_model
@@ -147,9 +147,9 @@ def test_accumulated_equals_whole_minibatch(policy, preset, overrides, forward):
         ref.logp = ref.logp - 0.1
     mb = minibatch(b, mask, ref=ref)
     opt = SimpleNamespace(zero_grad=policy.zero_grad)
-    lm_w, vals_w, g_w = grads_of(lambda: whole_backward(setup_for(objective, policy, 0, forward), mb, opt, False),
+    lm_w, vals_w, g_w = grads_of(lambda: policy_backward(setup_for(objective, policy, 0, forward), mb, opt, False),
                                  policy)
-    lm_a, vals_a, g_a = grads_of(lambda: accumulated_backward(setup_for(objective, policy, 3, forward), mb, opt,
+    lm_a, vals_a, g_a = grads_of(lambda: policy_backward(setup_for(objective, policy, 3, forward), mb, opt,
                                                               False), policy)
     assert_same(lm_w, lm_a, g_w, g_a)
     assert torch.allclose(vals_w.logp, vals_a.logp, atol=1e-6)
@@ -159,8 +159,8 @@ def test_exact_kl_log_probs_are_kept_per_micro_batch(policy):
     b, mask = make_batch(policy)
     mb = minibatch(b, mask)
     opt = SimpleNamespace(zero_grad=policy.zero_grad)
-    _, whole = whole_backward(setup_for(PRESETS["dapo"], policy, 0, "auto"), mb, opt, True)
-    _, parts = accumulated_backward(setup_for(PRESETS["dapo"], policy, 4, "auto"), mb, opt, True)
+    _, whole = policy_backward(setup_for(PRESETS["dapo"], policy, 0, "auto"), mb, opt, True)
+    _, parts = policy_backward(setup_for(PRESETS["dapo"], policy, 4, "auto"), mb, opt, True)
     assert parts.log_probs.shape == (B, T, VOCAB)
     assert torch.allclose(whole.log_probs, parts.log_probs, atol=1e-5)
 
@@ -206,7 +206,7 @@ def test_critic_accumulated_equals_whole(policy, agg):
 def test_a_run_with_micro_batches_logs_the_same_step(tmp_path, monkeypatch):
     import json
 
-    from objbench.experiments.cli import main
+    from objbench.experiments.cli.main import main
     from objbench.rollout.toy_hf import write_toy_model
 
     folder = write_toy_model(tmp_path / "toy", vocab_size=300, hidden=32, layers=2, heads=2)

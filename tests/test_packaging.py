@@ -35,6 +35,9 @@ def test_the_wheel_installs_one_top_level_package(wheel):
     for sub in ("algos", "envs", "rollout", "experiments", "analysis", "integrations"):
         assert f"objbench/{sub}/__init__.py" in names
     assert "objbench/integrations/trl.py" in names
+    for init in sorted(p for d in ("algos", "envs", "rollout", "experiments", "analysis") for p in (ROOT / d).rglob(
+            "__init__.py")):  # every package of the source tree, nested ones too (pyproject lists them one by one)
+        assert f"objbench/{init.relative_to(ROOT).as_posix()}" in names, f"{init.parent} is not in the wheel"
     assert "objbench/experiments/sweeps/quickstart.yaml" in names  # the specs travel with the package
     assert "objbench/experiments/configs/default.yaml" in names
     assert not any(n.startswith(("objbench/studies", "objbench/tests", "objbench/benchmarks")) for n in names)

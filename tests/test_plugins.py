@@ -15,8 +15,8 @@ import pytest
 
 from objbench import algos
 from objbench.algos import registry as reg
-from objbench.experiments import plugins
-from objbench.experiments.cli import main
+from objbench.experiments.config import plugins
+from objbench.experiments.cli.main import main
 from objbench.experiments.config import ConfigError, load_config
 
 FAST = ["sft.steps=20", "sft.batch_size=16", "train.steps=3", "rollout.completions_per_step=16",
@@ -186,7 +186,8 @@ def test_conformance_catches_garbage_reading_aggregation_and_kl(tmp_path, capsys
 
 # ------------------------------------------------------------------------------------- sweeps and workers
 def test_a_sweep_with_imports_runs_plugin_arms_in_two_workers(tmp_path):
-    from objbench.experiments.sweep import load_sweep, run_sweep
+    from objbench.experiments.sweeper.plan import load_sweep
+    from objbench.experiments.sweeper.sweep import run_sweep
 
     (tmp_path / "objectives").mkdir()
     _plugin(tmp_path / "objectives", GPG, "gpg.py")
@@ -217,7 +218,7 @@ def test_a_ray_node_without_the_file_runs_the_source_that_travelled(tmp_path):
 
 
 def test_a_spec_with_a_missing_import_names_the_spec_and_file(tmp_path):
-    from objbench.experiments.sweep import load_sweep
+    from objbench.experiments.sweeper.plan import load_sweep
 
     spec = tmp_path / "s.yaml"
     spec.write_text("arms: [grpo]\nimports: [nowhere.py]\n")
@@ -229,7 +230,7 @@ def test_a_spec_with_a_missing_import_names_the_spec_and_file(tmp_path):
 
 
 def test_resuming_with_a_changed_plugin_warns_and_keeps_the_old_record(tmp_path, capsys):
-    from objbench.experiments.train import train
+    from objbench.experiments.run.train import train
 
     plug = _plugin(tmp_path, GPG)
     (p,) = plugins.load_plugins([str(plug)])

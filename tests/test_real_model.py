@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from objbench.envs import Problem
-from objbench.experiments.cli import main
+from objbench.experiments.cli.main import main
 from objbench.experiments.config import ConfigError, load_config
 from objbench.rollout.bundle import hf_codec, load_hf
 from objbench.rollout.toy_hf import CHATML, write_toy_model
@@ -103,7 +103,7 @@ def test_pretrained_without_sft_starts_from_the_folder_weights(toy_model, tmp_pa
     cfg = load_config(None, [f"model.path={toy_model}", "task.name=arithmetic", f"out_dir={tmp_path}"])
     assert cfg.sft.steps == 0  # unset sft.steps resolves to 0 for a pretrained model
     from objbench.experiments.config import build_task
-    from objbench.experiments.setup import load_start
+    from objbench.experiments.run.setup import load_start
 
     policy, codec, info, ckpt = load_start(cfg, build_task(cfg))
     ref, _ = load_hf(str(toy_model))
@@ -265,7 +265,7 @@ def test_sweep_trains_a_model_folders_warm_start_before_its_runs(toy_model, tmp_
     import yaml
 
     from objbench.experiments.config import build_task
-    from objbench.experiments.warmstart import warm_start
+    from objbench.experiments.run.warmstart import warm_start
 
     monkeypatch.setenv("OBJBENCH_CACHE", str(tmp_path / "cache"))
     spec = {"name": "sft", "seeds": [0], "out_dir": str(tmp_path / "runs"),

@@ -14,7 +14,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from objbench.experiments import reproduce as R
+from objbench.experiments.sweeper import reproduce as R
 
 ROOT = Path(__file__).resolve().parents[1]
 QUICKSTART = ROOT / "results" / "quickstart"
@@ -50,7 +50,7 @@ def test_committed_config_matches_the_spec_at_this_commit(monkeypatch):
     """The committed quickstart's configs are what the spec resolves to now: a default changed since the
     results were made shows here, naming the keys, instead of as an unexplained difference."""
     from objbench.analysis.data import read_data
-    from objbench.experiments.sweep import load_sweep
+    from objbench.experiments.sweeper.plan import load_sweep
 
     monkeypatch.chdir(ROOT)
     meta = read_data(QUICKSTART / "runs.csv.gz").meta
@@ -101,7 +101,7 @@ def test_committed_study_tables_regenerate_from_its_data(study, tmp_path, monkey
     """Every committed study's tables come back from its committed per-run data with one command (`objbench report
     --from-data results/<study>/runs.csv.gz`), value for value: every CSV table the report wrote equal to the
     committed one (figures are not compared: PNG bytes depend on the matplotlib build)."""
-    from objbench.experiments.cli import main
+    from objbench.experiments.cli.main import main
 
     monkeypatch.chdir(ROOT)
     committed = ROOT / "results" / study
@@ -122,7 +122,7 @@ CARDS = sorted(p.parent.name for p in (ROOT / "results" / "cards").glob("*/runs.
 def test_committed_card_regenerates_from_its_data(card, tmp_path, monkeypatch):
     """Every committed score card (and the committed validation of the battery) comes back from its per-run data
     with `objbench card [--validate] --from-data results/cards/<name>`, table for table."""
-    from objbench.experiments.cli import main
+    from objbench.experiments.cli.main import main
 
     monkeypatch.chdir(ROOT)
     committed = ROOT / "results" / "cards" / card

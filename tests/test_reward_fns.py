@@ -10,7 +10,7 @@ import pytest
 
 from objbench.envs.base import Problem
 from objbench.envs.reward_fns import RewardFnError, RewardFunctions, check_fn_spec, columns_of, fn_names
-from objbench.experiments.cli import main
+from objbench.experiments.cli.main import main
 from objbench.experiments.config import ConfigError, load_config
 
 FAST = ["sft.steps=20", "sft.batch_size=16", "train.steps=2", "rollout.completions_per_step=16",

@@ -5,10 +5,11 @@ import pytest
 import yaml
 
 import objbench.experiments.config as C
-import objbench.experiments.run_folder as RF
+import objbench.experiments.config.identity as identity
+import objbench.experiments.run.run_folder as RF
 from objbench.experiments.config import ConfigError, load_config, to_yaml
-from objbench.experiments.errors import RunFolderError
-from objbench.experiments.run_folder import prepare_run_dir, run_status
+from objbench.experiments.config.errors import RunFolderError
+from objbench.experiments.run.run_folder import prepare_run_dir, run_status
 
 
 def _finished_run(tmp_path, *overrides, drop=(), done=True):
@@ -65,11 +66,11 @@ def test_a_whole_top_level_section_added_later(tmp_path, monkeypatch):
         run_status(cfg)
     declared = RF.absent_values
 
-    def with_log_section(task_name=None):  # as if every `log` setting had been declared added_later
-        return {**declared(task_name), "log.ref_kl": True, "log.wandb": False, "log.wandb_project": "objbench"}
+    def with_log_section(root, task_name=None):  # as if every `log` setting had been declared added_later
+        return {**declared(root, task_name), "log.ref_kl": True, "log.wandb": False, "log.wandb_project": "objbench"}
 
     monkeypatch.setattr(RF, "absent_values", with_log_section)
-    monkeypatch.setattr(C, "absent_values", with_log_section)
+    monkeypatch.setattr(identity, "absent_values", with_log_section)
     assert run_status(cfg)[1] == "done"
     with pytest.raises(ConfigError, match=r"log\.ref_kl"):
         run_status(load_config(None, [f"out_dir={tmp_path}", "name=r", "log.ref_kl=false"]))

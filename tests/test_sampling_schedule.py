@@ -54,7 +54,7 @@ def test_default_settings_sample_the_pinned_ids(tiny, forward):
 
 
 def test_default_config_builds_the_same_setup_and_no_schedule():
-    from objbench.experiments.setup import make_optimizers, make_setup
+    from objbench.experiments.run.setup import make_optimizers, make_setup
 
     cfg = load_config(None, ["train.threads=1"])
     assert (cfg.rollout.top_k, cfg.rollout.stop, cfg.optim.lr_schedule, cfg.optim.warmup_steps,
@@ -72,7 +72,7 @@ def test_default_config_builds_the_same_setup_and_no_schedule():
 
 
 def test_the_settings_reach_the_sampling_params_and_the_engine():
-    from objbench.experiments.setup import make_setup
+    from objbench.experiments.run.setup import make_setup
 
     cfg = load_config(None, ["rollout.top_k=5", 'rollout.stop=["+1", "9"]', "train.eval_temperature=0.5"])
     codec = char_codec()
@@ -230,7 +230,7 @@ def test_bad_settings_are_refused_at_load(bad, msg):
 
 
 def test_a_warm_up_longer_than_the_run_is_refused():
-    from objbench.experiments.setup import make_lr_schedule
+    from objbench.experiments.run.setup import make_lr_schedule
 
     cfg = load_config(None, ["train.steps=3", "objective.n_minibatches=2", "optim.warmup_steps=7"])
     opt = torch.optim.AdamW([torch.nn.Parameter(torch.zeros(1))], lr=1.0)
@@ -244,7 +244,7 @@ def test_a_warm_up_longer_than_the_run_is_refused():
 
 def _lrs(cfg, n: int) -> list[float]:
     """The learning rate of each of n optimizer updates under make_lr_schedule (stepped after each update)."""
-    from objbench.experiments.setup import make_lr_schedule
+    from objbench.experiments.run.setup import make_lr_schedule
 
     opt = torch.optim.AdamW([torch.nn.Parameter(torch.zeros(1))], lr=cfg.optim.lr)
     sched = make_lr_schedule(opt, cfg)
@@ -257,7 +257,7 @@ def _lrs(cfg, n: int) -> list[float]:
 
 
 def test_optimizer_steps_are_rl_steps_times_epochs_times_minibatches():
-    from objbench.experiments.setup import optimizer_steps
+    from objbench.experiments.run.setup import optimizer_steps
 
     assert optimizer_steps(load_config(None, ["train.steps=5", "objective.n_minibatches=2"])) == 10
     assert optimizer_steps(load_config(None, ["train.steps=5", "objective.n_epochs=2"])) == 10
@@ -293,9 +293,9 @@ def test_learning_rates_at_chosen_updates_worked_out_by_hand(settings, expect):
 def test_checkpoint_restores_the_schedule(tmp_path):
     """Stop after 4 of 10 updates, save, build everything afresh, load, go on: the same learning rates as
     without the interruption (and the default run writes no schedule file)."""
-    from objbench.experiments.checkpoint import load_checkpoint, save_checkpoint
-    from objbench.experiments.loop_state import LoopState
-    from objbench.experiments.setup import make_lr_schedule
+    from objbench.experiments.run.checkpoint import load_checkpoint, save_checkpoint
+    from objbench.experiments.run.loop_state import LoopState
+    from objbench.experiments.run.setup import make_lr_schedule
 
     cfg = load_config(None, RUN + ["optim.lr_schedule=cosine", "optim.warmup_steps=3", "optim.min_lr_ratio=0.1"])
     whole = _lrs(cfg, 10)
@@ -339,9 +339,9 @@ def test_a_run_killed_mid_schedule_resumes_it_exactly(tmp_path, tmp_path_factory
     """train() with a schedule, interrupted after the step-2 checkpoint and resumed, equals an uninterrupted run,
     and its schedule has taken all 8 updates (needs experiments/train.py to step ``s.lr_schedule`` after
     ``opt.step()``)."""
-    import objbench.experiments.train as T
-    from objbench.experiments.metrics import undocumented
-    from objbench.experiments.setup import lr_factor
+    import objbench.experiments.run.train as T
+    from objbench.experiments.run.metrics import undocumented
+    from objbench.experiments.run.setup import lr_factor
 
     monkeypatch.setenv("OBJBENCH_CACHE", str(tmp_path_factory.getbasetemp() / "cache"))
     cfg = load_config(None, FAST + [f"out_dir={tmp_path}", "name=r"])

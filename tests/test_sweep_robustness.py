@@ -17,12 +17,14 @@ from pathlib import Path
 import pytest
 import yaml
 
-from objbench.experiments.cli import main
+from objbench.experiments.cli.main import main
 from objbench.experiments.config import ConfigError, ModelConfig, TrainConfig
-from objbench.experiments.sweep import RunSpec, Sweep, _gpu_slots, load_sweep, resolve_gpus, run_sweep
-from objbench.experiments.sweep_spec import SweepResources, SweepSpec
-from objbench.experiments.train import NONDETERMINISTIC_KEYS
-from objbench.experiments.workers import Job, run_jobs
+from objbench.experiments.sweeper.jobs import gpu_slots, resolve_gpus
+from objbench.experiments.sweeper.plan import RunSpec, Sweep, load_sweep
+from objbench.experiments.sweeper.sweep import run_sweep
+from objbench.experiments.sweeper.spec import SweepResources, SweepSpec
+from objbench.experiments.run.train import NONDETERMINISTIC_KEYS
+from objbench.experiments.sweeper.workers import Job, run_jobs
 from sweep_probe import probe
 
 TINY = {"sft.steps": 20, "sft.batch_size": 32, "rollout.completions_per_step": 16, "train.eval_size": 6,
@@ -78,7 +80,7 @@ def test_a_failing_job_fails_alone_and_its_worker_is_replaced():
 
 
 def test_runs_never_share_a_gpu_slot():
-    slots = _gpu_slots(1, ["0", "1"])
+    slots = gpu_slots(1, ["0", "1"])
     assert slots == ["0", "1"]
     out = run_jobs([Job(f"j{i}", probe, (0.3,)) for i in range(5)], [{"CUDA_VISIBLE_DEVICES": s} for s in slots])
     spans = [o.value for o in out]
@@ -110,9 +112,9 @@ def test_gpus_per_run_defaults_and_checks():
     assert resolve_gpus(_sweep_with(["cuda:1"]), 2, cuda_present=True) == 2
     with pytest.raises(ConfigError, match="whole number"):
         resolve_gpus(_sweep_with(["cuda"]), 1.5, cuda_present=True)
-    assert _gpu_slots(2, ["0", "1", "2", "3", "4"]) == ["0,1", "2,3"]
-    assert _gpu_slots(0.5, ["3"]) == ["3", "3"]
-    assert _gpu_slots(0, ["0"]) == []
+    assert gpu_slots(2, ["0", "1", "2", "3", "4"]) == ["0,1", "2,3"]
+    assert gpu_slots(0.5, ["3"]) == ["3", "3"]
+    assert gpu_slots(0, ["0"]) == []
 
 
 # ------------------------------------------------------------------------------------------------ kill -9
@@ -151,7 +153,7 @@ def _running(pid: int) -> bool:
 def test_kill9_of_the_sweep_ends_its_workers_and_a_rerun_resumes_bit_exactly(tmp_path, reference, cache):
     spec, ref_dir = reference
     out = tmp_path / "out"
-    cmd = [sys.executable, "-m", "objbench.experiments.cli", "sweep", str(spec), "--out", str(out), "--workers", "2",
+    cmd = [sys.executable, "-m", "objbench.experiments.cli.main", "sweep", str(spec), "--out", str(out), "--workers", "2",
            "--no-report"]
     env = {**os.environ, "OBJBENCH_CACHE": cache}
     p = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
@@ -235,8 +237,8 @@ def test_an_edited_spec_is_refused_before_any_compute_and_rerun_changed_sets_old
 
 
 def test_moved_folders_keep_finished_runs_and_relative_out_dirs_resume_in_place(tmp_path, reference, monkeypatch):
-    from objbench.experiments.sweep import check_existing, run_state
-    from objbench.experiments.run_folder import run_status
+    from objbench.experiments.sweeper.existing import check_existing, run_state
+    from objbench.experiments.run.run_folder import run_status
 
     spec, ref_dir = reference
     sweep_dir = tmp_path / "out" / "k"

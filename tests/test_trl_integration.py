@@ -94,7 +94,7 @@ def test_mismatched_trl_settings_are_refused_with_both_names():
 
 
 def test_a_plugin_surrogate_runs_inside_trl(warm_dir):
-    from objbench.experiments.plugins import load_plugins
+    from objbench.experiments.config.plugins import load_plugins
 
     root = Path(__file__).resolve().parent.parent
     load_plugins([str(root / "examples" / "gpg_plugin.py")])

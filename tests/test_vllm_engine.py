@@ -214,11 +214,11 @@ def _acc(run: Path):
 
 def test_train_end_to_end_like_the_hf_engine(tmp_path):
     env = {**os.environ, "OBJBENCH_CACHE": str(tmp_path / "cache")}
-    out = subprocess.run([sys.executable, "-m", "objbench.experiments.cli", "train", *E2E, "rollout.engine=vllm",
+    out = subprocess.run([sys.executable, "-m", "objbench.experiments.cli.main", "train", *E2E, "rollout.engine=vllm",
                           "rollout.vllm.kv_cache_gb=0.0625", f"out_dir={tmp_path}", "name=vllm"],
                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=1500)
     assert out.returncode == 0, out.stderr[-3000:]
-    out_hf = subprocess.run([sys.executable, "-m", "objbench.experiments.cli", "train", *E2E, f"out_dir={tmp_path}",
+    out_hf = subprocess.run([sys.executable, "-m", "objbench.experiments.cli.main", "train", *E2E, f"out_dir={tmp_path}",
                              "name=hf"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=1500)
     assert out_hf.returncode == 0, out_hf.stderr[-3000:]
     rows, acc = _acc(tmp_path / "vllm")

@@ -5,7 +5,7 @@ import ast
 import importlib.util
 import inspect
 
-from objbench.experiments import warmstart
+from objbench.experiments.run import warmstart
 from objbench.experiments.config import build_task, load_config
 from objbench.rollout.code_fingerprint import code_fingerprint
 
@@ -47,7 +47,7 @@ def test_moving_a_function_between_hashed_modules_keeps_the_key(tmp_path):
     together = code_fingerprint(*_modules(tmp_path, "t", HEADER + F + G, HEADER))
     moved = code_fingerprint(*_modules(tmp_path, "m", HEADER + F, '"""Module doc."""\n' + G))
     # an import of objbench code moves with the code: it names a place, not code
-    imports = ("from objbench.experiments.warmstart import warm_start\n",
+    imports = ("from objbench.experiments.run.warmstart import warm_start\n",
                "from objbench.rollout.sft import sft_train\n")
     moved_import = code_fingerprint(*_modules(tmp_path, "i", HEADER + imports[0] + F, imports[1] + G))
     assert together == moved == moved_import
@@ -68,7 +68,7 @@ def test_the_hashed_modules_import_objbench_code_only_from_each_other():
     it would no longer retrain the warm start) fails here."""
     hashed = {m.__name__: m for m in warmstart.warm_start_modules(build_task(load_config(None, [])))}
     # settings (their values are in the key), the key's own computation, and an engine a warm start never builds
-    outside = {"objbench.envs", "objbench.experiments.config", "objbench.experiments.errors",
+    outside = {"objbench.envs", "objbench.experiments.config", "objbench.experiments.config.errors",
                "objbench.rollout.code_fingerprint", "objbench.rollout.vllm_engine"}
     for name, module in hashed.items():
         for node in ast.walk(ast.parse(inspect.getsource(module))):
