@@ -83,7 +83,7 @@ def load_reference(args: Args):
     """(reference policy, task, tokenizer) from the cached warm start of ``load_config(None, overrides)``."""
     from objbench.envs.tokenizer import build_char_tokenizer
     from objbench.experiments.config import build_task, load_config
-    from objbench.experiments.warmstart import warm_start
+    from objbench.experiments.run.warmstart import warm_start
 
     cfg = load_config(None, [f"seed={args.seed}", *args.overrides])
     task, tok = build_task(cfg), build_char_tokenizer()
