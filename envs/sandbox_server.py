@@ -116,7 +116,7 @@ def serve(job, context, out: int) -> None:
 
         try:
             job.handle(state, request, reply)
-        except BaseException as e:  # noqa: BLE001 - reported to the client; the server goes on
+        except BaseException as e:  # reported to the client; the server goes on
             if isinstance(e, KeyboardInterrupt):
                 raise
             reply(error_reply(e))
