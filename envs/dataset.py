@@ -48,19 +48,17 @@ prefix of it is balanced. Paths are used as given (a relative one is relative to
 Training stream: epoch e = index // n_train visits every training row once, in the order of a permutation of the
 rows seeded by (data seed, e) through random.Random with a string seed (SHA-512, independent of PYTHONHASHSEED);
 problem `index` is row perm[index % n_train]. So `problem_at` is a pure function of (settings, seed, index).
+
+Files: reading and validating rows is envs/dataset_files.py; generated files (test fixtures, smoke runs) are
+envs/synthetic_data.py, whose writers are re-exported here.
 """
 
 from __future__ import annotations
 
-import codecs
 import hashlib
 import json
-import math
-import os
 import random
-import re
 from collections import OrderedDict
-from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from . import mathcheck
@@ -75,6 +73,16 @@ from .base import (
     invalid_result,
     well_formed_result,
 )
+from .dataset_files import Row, dedupe, prompt_chars, read_rows, seeded_order
+from .synthetic_data import (  # noqa: F401 - re-exported: tests, examples and benchmarks import them from here
+    synthetic_gsm8k_rows,
+    synthetic_math_rows,
+    synthetic_verl_rows,
+    write_rows,
+    write_synthetic_gsm8k,
+    write_synthetic_math,
+    write_synthetic_verl,
+)
 
 FORMATS: tuple[str, ...] = ("gsm8k", "math", "verl", "columns")
 
@@ -83,13 +91,8 @@ _PRESETS: dict[str, tuple[str | None, str | None, str | None, str | None]] = {
     "gsm8k": ("question", "answer", None, "gsm8k"),
     "math": ("problem", "solution", None, "boxed"),
     "verl": (None, "reward_model.ground_truth", "prompt", None),
-    "columns": (None, None, None, None),  # the style is set, or shown by the answers (see _columns_style)
+    "columns": (None, None, None, None),  # the style is set, or shown by the answers (dataset_files)
 }
-_LOCAL_BUILDERS = {".jsonl": "json", ".json": "json", ".parquet": "parquet", ".csv": "csv"}
-_LEVEL_COLUMN = "level"
-_VERL_SOURCE_COLUMN = "data_source"
-_VERL_EXTRA_COLUMN = "extra_info"
-_INT_IN_TEXT = re.compile(r"-?\d+")
 _PERMUTATION_CACHE = 4  # (seed, epoch) permutations kept per task
 
 
@@ -209,27 +212,6 @@ class DatasetConfig:
         _set(self, "timeout_s", float(t))
 
 
-@dataclass(frozen=True)
-class _Row:
-    """One validated row."""
-
-    index: int
-    """Row number in its file (0-based)."""
-    prompt: str
-    messages: tuple[tuple[str, str], ...]
-    answer: str
-    """Ground truth: the final answer."""
-    solution: str | None
-    """Full reference solution (gsm8k, math) or None."""
-    difficulty: int
-    style: str
-    meta: tuple[tuple[str, object], ...]
-
-    @property
-    def key(self) -> tuple[str, tuple[tuple[str, str], ...]]:
-        return (self.prompt, self.messages)
-
-
 class DatasetTask(Task):
     name = "dataset"
 
@@ -237,17 +219,17 @@ class DatasetTask(Task):
         if not isinstance(config, DatasetConfig):
             raise ValueError(f"the dataset task needs a DatasetConfig (path is required), got {config!r}")
         self.config = cfg = config
-        rows, label, table = _read_rows(cfg, cfg.path, cfg.split)
+        rows, label, table = read_rows(cfg, cfg.path, cfg.split)
         self._tables = {"train": table, "eval": table}  # the raw rows, for reward functions (reward_columns)
-        rows, self.n_duplicates = _dedupe(rows, label)
+        rows, self.n_duplicates = dedupe(rows, label)
         if cfg.eval_path is not None:
-            eval_rows, eval_label, self._tables["eval"] = _read_rows(cfg, cfg.eval_path, cfg.eval_split)
-            eval_rows, n_eval_dup = _dedupe(eval_rows, eval_label)
+            eval_rows, eval_label, self._tables["eval"] = read_rows(cfg, cfg.eval_path, cfg.eval_split)
+            eval_rows, n_eval_dup = dedupe(eval_rows, eval_label)
             self.n_duplicates += n_eval_dup
             if cfg.eval_size > 0:
                 if cfg.eval_size > len(eval_rows):
                     raise ValueError(f"{eval_label}: eval_size={cfg.eval_size} but the file has {len(eval_rows)} rows")
-                chosen = _seeded_order(len(eval_rows), f"dataset|evalsample|{cfg.split_seed}")[: cfg.eval_size]
+                chosen = seeded_order(len(eval_rows), f"dataset|evalsample|{cfg.split_seed}")[: cfg.eval_size]
                 eval_rows = [eval_rows[i] for i in sorted(chosen)]
             held = {r.key for r in eval_rows}
             train = [r for r in rows if r.key not in held]
@@ -267,7 +249,7 @@ class DatasetTask(Task):
                     f"{label}: holding out {k} of its {n} rows (eval_size={cfg.eval_size}, "
                     f"eval_fraction={cfg.eval_fraction}) leaves no training rows"
                 )
-            order = _seeded_order(n, f"dataset|split|{cfg.split_seed}")
+            order = seeded_order(n, f"dataset|split|{cfg.split_seed}")
             held_idx = set(order[:k])
             eval_rows = [r for i, r in enumerate(rows) if i in held_idx]
             train = [r for i, r in enumerate(rows) if i not in held_idx]
@@ -278,15 +260,15 @@ class DatasetTask(Task):
                 raise ValueError(f"{label}: the answers of the training and held-out files show different styles "
                                  f"{styles}: set answer_style")
             self.config = cfg = replace(cfg, answer_style=styles[0])
-        self._train: tuple[_Row, ...] = tuple(train)
-        by_difficulty: dict[int, list[_Row]] = {}
+        self._train: tuple[Row, ...] = tuple(train)
+        by_difficulty: dict[int, list[Row]] = {}
         for r in eval_rows:
             by_difficulty.setdefault(r.difficulty, []).append(r)
-        self._eval: tuple[_Row, ...] = tuple(interleave([by_difficulty[d] for d in sorted(by_difficulty)]))
+        self._eval: tuple[Row, ...] = tuple(interleave([by_difficulty[d] for d in sorted(by_difficulty)]))
         self._eval_keys = frozenset(r.key for r in self._eval)
         self._solutions = {r.key: r.solution for r in (*self._train, *self._eval)}
         self.difficulties = tuple(sorted({r.difficulty for r in (*self._train, *self._eval)}))
-        self._max_prompt = max(_prompt_chars(r) for r in (*self._train, *self._eval))
+        self._max_prompt = max(prompt_chars(r) for r in (*self._train, *self._eval))
         self._perms: OrderedDict[tuple[int, int], tuple[int, ...]] = OrderedDict()
         self._eval_cache: tuple[Problem, ...] | None = None
         self._fingerprint: str | None = None
@@ -333,7 +315,7 @@ class DatasetTask(Task):
 
     # ----------------------------------------------------------------------------------------------- problems
 
-    def _problem(self, uid: str, row: _Row, split: str) -> Problem:
+    def _problem(self, uid: str, row: Row, split: str) -> Problem:
         return Problem(
             uid=uid,
             prompt=row.prompt,
@@ -347,7 +329,7 @@ class DatasetTask(Task):
         key = (seed, epoch)
         perm = self._perms.get(key)
         if perm is None:
-            perm = tuple(_seeded_order(len(self._train), f"{self.name}|train|{seed}|{epoch}"))
+            perm = tuple(seeded_order(len(self._train), f"{self.name}|train|{seed}|{epoch}"))
             self._perms[key] = perm
             if len(self._perms) > _PERMUTATION_CACHE:
                 self._perms.popitem(last=False)
@@ -416,454 +398,3 @@ class DatasetTask(Task):
         most tokenizers, before any chat template."""
         return self._max_prompt
 
-
-# ---------------------------------------------------------------------------------------------------------------
-# Loading and validation
-
-
-def _seeded_order(n: int, seed: str) -> list[int]:
-    order = list(range(n))
-    random.Random(seed).shuffle(order)
-    return order
-
-
-def _prompt_chars(row: _Row) -> int:
-    return max(len(row.prompt), sum(len(c) for _, c in row.messages))
-
-
-def _is_local(path: str) -> bool:
-    p = os.path.expanduser(path)
-    if os.path.exists(p) or path.startswith(("/", ".", "~")) or "\\" in path:
-        return True
-    return os.path.splitext(path)[1].lower() in _LOCAL_BUILDERS
-
-
-def _load(path: str, split: str, subset: str | None):
-    """(datasets.Dataset, label naming the source in messages)."""
-    import datasets
-
-    if _is_local(path):
-        label = path
-        p = os.path.expanduser(path)
-        if not os.path.exists(p):
-            raise ValueError(f"{label}: file not found")
-        if os.path.isdir(p):
-            raise ValueError(f"{label}: is a directory; give a .jsonl, .json, .parquet or .csv file")
-        suffix = os.path.splitext(p)[1].lower()
-        builder = _LOCAL_BUILDERS.get(suffix)
-        if builder is None:
-            raise ValueError(f"{label}: unsupported file type {suffix!r}; use .jsonl, .json, .parquet or .csv")
-        if os.path.getsize(p) == 0:
-            raise ValueError(f"{label}: empty file")
-        if builder != "parquet":
-            _check_utf8(p, label)
-        try:
-            ds = datasets.load_dataset(builder, data_files=os.path.abspath(p), split="train")
-        except Exception as e:
-            if "corresponds to no data" in str(e):  # how datasets reports a file without rows ("[]", a CSV header)
-                raise ValueError(f"{label}: no rows") from e
-            hint = _json_error(p) if builder == "json" else ""
-            raise ValueError(f"{label}: could not be read as {builder}: {_describe(e)}{hint}") from e
-    else:
-        label = f"hub data set {path!r} (subset {subset!r}, split {split!r})"
-        try:
-            ds = datasets.load_dataset(path, subset, split=split)
-        except Exception as e:
-            raise ValueError(
-                f"{label}: could not be loaded: {_describe(e)}. It is not a local file either; offline, download "
-                "it first or point path at a local .jsonl/.json/.parquet/.csv file"
-            ) from e
-    if len(ds) == 0:
-        raise ValueError(f"{label}: no rows")
-    return ds, label
-
-
-def _describe(e: BaseException) -> str:
-    text = f"{type(e).__name__}: {e}"
-    if e.__cause__ is not None:
-        text += f" ({type(e.__cause__).__name__}: {e.__cause__})"
-    return text[:1000]
-
-
-def _check_utf8(path: str, label: str) -> None:
-    decoder = codecs.getincrementaldecoder("utf-8")()
-    offset = 0
-    with open(path, "rb") as f:
-        while chunk := f.read(1 << 20):
-            try:
-                decoder.decode(chunk)
-            except UnicodeDecodeError as e:
-                bad = offset + max(0, e.start)
-                with open(path, "rb") as g:
-                    line = g.read(bad).count(b"\n") + 1
-                raise ValueError(f"{label}: not valid UTF-8 (line {line}, byte offset {bad}): {e.reason}") from None
-            offset += len(chunk)
-        try:
-            decoder.decode(b"", final=True)
-        except UnicodeDecodeError as e:
-            raise ValueError(f"{label}: not valid UTF-8 (truncated character at the end): {e.reason}") from None
-
-
-def _json_error(path: str) -> str:
-    """Where a JSON/JSONL file first fails to parse, for the error message ("" when it parses or is huge)."""
-    if os.path.getsize(path) > 200 << 20:
-        return ""
-    with open(path, encoding="utf-8") as f:
-        text = f.read()
-    try:
-        json.loads(text)
-        return ""
-    except ValueError:
-        pass
-    for number, line in enumerate(text.splitlines(), 1):
-        if line.strip():
-            try:
-                json.loads(line)
-            except ValueError as e:
-                return f" (line {number}: {e})"
-    return ""
-
-
-def _column(ds, name: str, label: str, field: str) -> list:
-    """Values of column `name`; "a.b" enters the nested column a (unless a flat column is called "a.b")."""
-    columns = list(ds.column_names)
-    if name in columns:
-        return list(ds[name])
-    top, *path = name.split(".")
-    if not path or top not in columns:
-        raise ValueError(f"{label}: no column {name!r} ({field}); columns present: {', '.join(columns)}")
-    values = []
-    for i, v in enumerate(ds[top]):
-        for key in path:
-            if not isinstance(v, dict) or key not in v:
-                raise ValueError(f"{label}: row {i}: column {top!r} has no {key!r} entry ({field} = {name!r})")
-            v = v[key]
-        values.append(v)
-    return values
-
-
-def _text(value: object, label: str, i: int, what: str) -> str:
-    if not isinstance(value, str):
-        raise ValueError(f"{label}: row {i}: {what} must be a string, got {type(value).__name__} {_short(value)}")
-    if not value.strip():
-        raise ValueError(f"{label}: row {i}: {what} is empty")
-    return value
-
-
-def _final_answer(value: object, label: str, i: int, what: str) -> str:
-    if isinstance(value, str):
-        if not value.strip():
-            raise ValueError(f"{label}: row {i}: {what} is empty")
-        return value.strip()
-    if isinstance(value, int) and not isinstance(value, bool):
-        return str(value)
-    if isinstance(value, float) and math.isfinite(value):
-        return repr(value)
-    raise ValueError(
-        f"{label}: row {i}: {what} must be a string or a number, got {type(value).__name__} {_short(value)}"
-    )
-
-
-def _messages(value: object, label: str, i: int, what: str) -> tuple[tuple[str, str], ...]:
-    if not isinstance(value, (list, tuple)) or not value:
-        raise ValueError(
-            f"{label}: row {i}: {what} must be a non-empty list of {{role, content}} messages, got "
-            f"{type(value).__name__} {_short(value)}"
-        )
-    out = []
-    for m in value:
-        if not isinstance(m, dict) or not isinstance(m.get("role"), str) or not isinstance(m.get("content"), str):
-            raise ValueError(
-                f"{label}: row {i}: {what}: each message must be {{role: str, content: str}}, got {_short(m)}"
-            )
-        out.append((m["role"], m["content"]))
-    if not any(role == "user" and content.strip() for role, content in out):
-        raise ValueError(f"{label}: row {i}: {what} has no non-empty user message")
-    return tuple(out)
-
-
-def _difficulty(value: object, label: str, i: int, column: str) -> int:
-    if isinstance(value, int) and not isinstance(value, bool):
-        return value
-    if isinstance(value, float) and value.is_integer():
-        return int(value)
-    if isinstance(value, str):
-        m = _INT_IN_TEXT.search(value)
-        if m:
-            return int(m.group(0))
-    raise ValueError(
-        f"{label}: row {i}: difficulty {_short(value)} in column {column!r} is not an integer and has none in it "
-        "(set difficulty_column to '' to ignore the column)"
-    )
-
-
-def _short(value: object) -> str:
-    text = repr(value)
-    return text if len(text) <= 80 else text[:77] + "..."
-
-
-def _read_rows(cfg: DatasetConfig, path: str, split: str) -> tuple[list[_Row], str, object]:
-    """Load one file and validate every row; (rows, label, the loaded ``datasets.Dataset``)."""
-    ds, label = _load(path, split, cfg.subset)
-    n = len(ds)
-    answers = _column(ds, cfg.answer_column, label, "answer_column")
-    prompts = _column(ds, cfg.prompt_column, label, "prompt_column") if cfg.prompt_column else None
-    messages = _column(ds, cfg.messages_column, label, "messages_column") if cfg.messages_column else None
-    difficulty_column = cfg.difficulty_column
-    if difficulty_column is None:
-        present = cfg.format in ("gsm8k", "math") and _LEVEL_COLUMN in ds.column_names
-        difficulty_column = _LEVEL_COLUMN if present else ""
-    levels = _column(ds, difficulty_column, label, "difficulty_column") if difficulty_column else None
-    sources = list(ds[_VERL_SOURCE_COLUMN]) if cfg.format == "verl" and _VERL_SOURCE_COLUMN in ds.column_names else None
-    extras = list(ds[_VERL_EXTRA_COLUMN]) if cfg.format == "verl" and _VERL_EXTRA_COLUMN in ds.column_names else None
-    columns_style = _columns_style(cfg, answers, label) if cfg.format == "columns" else None
-
-    rows = []
-    for i in range(n):
-        meta: list[tuple[str, object]] = [("row", i)]
-        if prompts is not None:
-            question = _text(prompts[i], label, i, f"prompt ({cfg.prompt_column!r})")
-            prompt = question + (" " + cfg.instruction if cfg.instruction else "")
-            chat = ((("system", cfg.system_prompt),) if cfg.system_prompt else ()) + (("user", prompt),)
-        else:
-            chat = _messages(messages[i], label, i, f"messages ({cfg.messages_column!r})")
-            if cfg.instruction:
-                last = max(k for k, (role, _) in enumerate(chat) if role == "user")
-                chat = tuple((r, c + " " + cfg.instruction if k == last else c) for k, (r, c) in enumerate(chat))
-            if cfg.system_prompt and not any(role == "system" for role, _ in chat):
-                chat = (("system", cfg.system_prompt), *chat)
-            prompt = "\n\n".join(c for r, c in chat if r == "user")
-
-        solution = None
-        if cfg.format == "gsm8k":
-            solution = _text(answers[i], label, i, f"answer ({cfg.answer_column!r})")
-            if mathcheck.GSM8K_MARKER not in solution:
-                raise ValueError(
-                    f"{label}: row {i}: gsm8k answer has no '####' final-answer marker: {_short(solution)}"
-                )
-            answer = mathcheck.extract_answer(solution, "gsm8k")
-            if answer is None:
-                raise ValueError(f"{label}: row {i}: gsm8k answer has nothing after '####': {_short(solution)}")
-        elif cfg.format == "math":
-            solution = _text(answers[i], label, i, f"solution ({cfg.answer_column!r})")
-            answer = mathcheck.extract_answer(solution, "boxed")
-            if answer is None:
-                raise ValueError(
-                    f"{label}: row {i}: math solution has no complete \\boxed{{}} answer: {_short(solution)}"
-                )
-        else:
-            answer = _final_answer(answers[i], label, i, f"answer ({cfg.answer_column!r})")
-            if columns_style is not None:
-                answer = _marked_answer(answer, columns_style, label, i)
-
-        style = columns_style or cfg.answer_style
-        if sources is not None:
-            source = sources[i]
-            if source is not None and not isinstance(source, str):
-                raise ValueError(f"{label}: row {i}: data_source must be a string, got {_short(source)}")
-            if source:
-                meta.append(("data_source", source))
-                if style is None:
-                    style = "gsm8k" if "gsm8k" in source.lower() else "boxed"
-        if style is None:
-            style = "boxed"
-        meta.append(("answer_style", style))
-        if extras is not None and extras[i] is not None:
-            meta.append(("extra_info", json.dumps(extras[i], sort_keys=True, default=str)))
-        difficulty = _difficulty(levels[i], label, i, difficulty_column) if levels is not None else 0
-        rows.append(_Row(i, prompt, chat, answer, solution, difficulty, style, tuple(meta)))
-    return rows, label, ds
-
-
-def _columns_style(cfg: DatasetConfig, answers: list, label: str) -> str:
-    """The answer style of a "columns" file: answer_style when set, else the style every answer shows ("####" ->
-    gsm8k, "\\boxed{" -> boxed). Decided: no silent default, since a wrong style reads nothing, or the wrong number,
-    out of every completion (the preset used to be "boxed": a completion without \\boxed{} was unparseable)."""
-    if cfg.answer_style is not None:
-        return cfg.answer_style
-    if answers and all(isinstance(a, str) and mathcheck.GSM8K_MARKER in a for a in answers):
-        return "gsm8k"
-    if answers and all(isinstance(a, str) and "\\boxed{" in a for a in answers):
-        return "boxed"
-    raise ValueError(
-        f"{label}: format 'columns' needs answer_style (task.answer_style=...), one of {', '.join(mathcheck.STYLES)}: "
-        "its answers do not show their style (not all of them contain '####' or '\\boxed{'); e.g. "
-        "task.answer_style=last_number for answers that are plain numbers"
-    )
-
-
-def _marked_answer(answer: str, style: str, label: str, i: int) -> str:
-    """A "columns" answer that contains its style's marker is a solution: its final answer (else the answer)."""
-    marked = (style == "gsm8k" and mathcheck.GSM8K_MARKER in answer) or (style == "boxed" and "\\boxed{" in answer)
-    if not marked:
-        return answer
-    final = mathcheck.extract_answer(answer, style)
-    if final is None:
-        raise ValueError(f"{label}: row {i}: answer has a {style} marker but no final answer: {_short(answer)}")
-    return final
-
-
-def _dedupe(rows: Sequence[_Row], label: str) -> tuple[list[_Row], int]:
-    """Drop rows repeating an earlier row's prompt with the same ground truth; a different one is an error."""
-    first: dict[tuple, _Row] = {}
-    out = []
-    for r in rows:
-        seen = first.get(r.key)
-        if seen is None:
-            first[r.key] = r
-            out.append(r)
-        elif seen.answer != r.answer:
-            raise ValueError(
-                f"{label}: rows {seen.index} and {r.index} have the same prompt but different answers "
-                f"({_short(seen.answer)} vs {_short(r.answer)}): {_short(r.prompt)}"
-            )
-    return out, len(rows) - len(out)
-
-
-# ---------------------------------------------------------------------------------------------------------------
-# Synthetic files (test fixtures, smoke tests)
-
-_NAMES = ("Tom", "Ana", "Li", "Sara", "Omar", "Maya", "Ben", "Zoe", "Ravi", "Ines")
-_ITEMS = ("apple", "pencil", "marble", "stamp", "cookie", "book", "shell", "coin", "card", "sticker")
-_SQUARE_FREE = (2, 3, 5, 6, 7, 10, 11)
-
-
-def _gsm8k_item(rng: random.Random, level: int) -> tuple[str, str]:
-    name, item = rng.choice(_NAMES), rng.choice(_ITEMS)
-    a, b = rng.randint(2, 20), rng.randint(2, 20)
-    if level == 1 and rng.random() < 0.5:
-        q = f"{name} has {a} {item}s and buys {b} more. How many {item}s does {name} have?"
-        return q, f"{name} has {a} + {b} = {a + b} {item}s.\n#### {a + b}"
-    if level == 1:
-        a, b = max(a, b) + 1, min(a, b)
-        q = f"{name} has {a} {item}s and gives away {b}. How many {item}s does {name} have left?"
-        return q, f"{name} has {a} - {b} = {a - b} {item}s left.\n#### {a - b}"
-    if level == 2:
-        q = f"{name} buys {a} bags with {b} {item}s in each bag. How many {item}s does {name} buy?"
-        return q, f"{name} buys {a} * {b} = {a * b} {item}s.\n#### {a * b}"
-    c = rng.randint(1, a * b - 1)
-    q = f"{name} buys {a} bags with {b} {item}s in each bag and then gives away {c}. How many {item}s are left?"
-    steps = f"{name} buys {a} * {b} = {a * b} {item}s.\n{name} has {a * b} - {c} = {a * b - c} {item}s left."
-    return q, f"{steps}\n#### {a * b - c}"
-
-
-def _unique(n: int, seed: int, kind: str, draw) -> list:
-    """n draws with distinct first elements (questions), deterministic given seed."""
-    check_int("n", n, low=1, high=1_000_000)
-    _check_nonneg_int("seed", seed)
-    rng = random.Random(f"synthetic|{kind}|{seed}")
-    seen: set[str] = set()
-    out = []
-    for _ in range(100 * n + 1000):
-        item = draw(rng, len(out))
-        if item[0] not in seen:
-            seen.add(item[0])
-            out.append(item)
-            if len(out) == n:
-                return out
-    raise ValueError(f"could not draw {n} distinct synthetic {kind} problems")
-
-
-def synthetic_gsm8k_rows(n: int, seed: int, difficulty: bool = False) -> list[dict]:
-    """n GSM8K-layout rows {"question", "answer"} (+ "level": 1-3 when `difficulty`) of small word problems."""
-
-    def draw(rng, k):
-        level = 1 + k % 3 if difficulty else 1
-        q, a = _gsm8k_item(rng, level)
-        return q, a, level
-
-    return [
-        {"question": q, "answer": a, **({"level": level} if difficulty else {})}
-        for q, a, level in _unique(n, seed, "gsm8k", draw)
-    ]
-
-
-def synthetic_math_rows(n: int, seed: int) -> list[dict]:
-    """n MATH-layout rows {"problem", "solution" (with \\boxed{}), "level": "Level k"}: fraction sums (levels 1,
-    2) and square-root simplifications (level 3, symbolic answers)."""
-
-    def draw(rng, k):
-        level = 1 + k % 3
-        if level < 3:
-            a, b, c, d = (rng.randint(1, 9 * level) for _ in range(4))
-            num, den = a * d + c * b, b * d
-            g = math.gcd(num, den)
-            p, q = num // g, den // g
-            boxed = str(p) if q == 1 else f"\\frac{{{p}}}{{{q}}}"
-            problem = (
-                f"What is $\\frac{{{a}}}{{{b}}} + \\frac{{{c}}}{{{d}}}$? Express your answer as a common fraction."
-            )
-            solution = f"$\\frac{{{a}}}{{{b}}} + \\frac{{{c}}}{{{d}}} = \\frac{{{num}}}{{{den}}} = \\boxed{{{boxed}}}$."
-        else:
-            k2, m = rng.randint(2, 12), rng.choice(_SQUARE_FREE)
-            problem = f"Simplify $\\sqrt{{{k2 * k2 * m}}}$."
-            root = f"\\sqrt{{{k2 * k2 * m}}}"
-            solution = f"${root} = \\sqrt{{{k2 * k2}}}\\cdot\\sqrt{{{m}}} = \\boxed{{{k2}\\sqrt{{{m}}}}}$."
-        return problem, solution, f"Level {level}"
-
-    return [{"problem": p, "solution": s, "level": lv} for p, s, lv in _unique(n, seed, "math", draw)]
-
-
-def synthetic_verl_rows(n: int, seed: int) -> list[dict]:
-    """n rows in verl's layout (as verl's gsm8k preprocessing writes them): data_source, prompt (chat messages),
-    ability, reward_model {style, ground_truth}, extra_info {split, index, answer, question}."""
-    instruction = 'Let\'s think step by step and output the final answer after "####".'
-    out = []
-    for k, row in enumerate(synthetic_gsm8k_rows(n, seed)):
-        truth = mathcheck.extract_answer(row["answer"], "gsm8k")
-        out.append(
-            {
-                "data_source": "synthetic/gsm8k",
-                "prompt": [{"role": "user", "content": row["question"] + " " + instruction}],
-                "ability": "math",
-                "reward_model": {"style": "rule", "ground_truth": truth},
-                "extra_info": {"split": "train", "index": k, "answer": row["answer"], "question": row["question"]},
-            }
-        )
-    return out
-
-
-def write_rows(path: str, rows: Sequence[dict]) -> None:
-    """Write rows as .jsonl (one object a line), .json (an array), .csv (flat rows only) or .parquet."""
-    suffix = os.path.splitext(path)[1].lower()
-    if suffix == ".jsonl":
-        with open(path, "w", encoding="utf-8") as f:
-            for row in rows:
-                f.write(json.dumps(row, ensure_ascii=False) + "\n")
-    elif suffix == ".json":
-        with open(path, "w", encoding="utf-8") as f:
-            json.dump(list(rows), f, ensure_ascii=False)
-    elif suffix == ".csv":
-        import csv
-
-        with open(path, "w", encoding="utf-8", newline="") as f:
-            writer = csv.DictWriter(f, fieldnames=list(rows[0]))
-            writer.writeheader()
-            writer.writerows(rows)
-    elif suffix == ".parquet":
-        import pyarrow as pa
-        import pyarrow.parquet as pq
-
-        pq.write_table(pa.Table.from_pylist(list(rows)), path)
-    else:
-        raise ValueError(f"{path}: unsupported file type {suffix!r}; use .jsonl, .json, .csv or .parquet")
-
-
-def write_synthetic_gsm8k(path: str, n: int, seed: int, difficulty: bool = False) -> None:
-    """Write n generated GSM8K-layout problems to `path` (.jsonl, .json, .csv or .parquet); deterministic in seed.
-
-    "Tom has 3 apples and buys 4 more. How many apples does Tom have?" -> "Tom has 3 + 4 = 7 apples.\\n#### 7".
-    With `difficulty`, a "level" column 1-3 (1: one addition or subtraction, 2: a product, 3: product then
-    subtraction), assigned round-robin.
-    """
-    write_rows(path, synthetic_gsm8k_rows(n, seed, difficulty))
-
-
-def write_synthetic_math(path: str, n: int, seed: int) -> None:
-    """Write n generated MATH-layout problems (see `synthetic_math_rows`); deterministic in seed."""
-    write_rows(path, synthetic_math_rows(n, seed))
-
-
-def write_synthetic_verl(path: str, n: int, seed: int) -> None:
-    """Write n generated problems in verl's layout (nested columns: use .parquet or .jsonl); deterministic."""
-    write_rows(path, synthetic_verl_rows(n, seed))

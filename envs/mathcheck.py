@@ -27,15 +27,16 @@ executes model text. Tiers, cheapest first:
    included, so a policy that repeats a pathological answer pays its timeout once.
 
 Time bound (it holds in any thread: nothing relies on signals in this process). Tiers 1-3 are linear in the capped
-input. Tier 4 waits at most `timeout_s` for the worker's answer, then has the server killed. The worker
-(envs/_mathverify_worker.py) is a zygote: it imports sympy and math-verify once, warms them up, and forks the
-server that answers; a kill (SIGKILL, which also stops a C-level big-integer computation that no signal handler
-could) is followed by a fresh fork of the warm zygote, so a timed-out call does not make the next one pay an
-import. The zygote starts on the first symbolic check (or earlier, non-blocking, with `start_worker()`, as the
-dataset task does at construction); a call that finds it still starting waits for it (up to STARTUP_TIMEOUT_S),
-so a verdict never depends on whether the worker was warm. Calls from several threads share one worker and take
-turns on it (the fast tiers do not wait). Measured on this project's 2 shared cores (`python -m
-benchmarks.mathcheck_timing`; ranges over runs at different machine load) and in tests/test_envs_mathcheck.py:
+input. Tier 4 waits at most `timeout_s` for the worker's answer, then has the server killed. The worker (the sandbox
+server, envs/sandbox_server.py, running envs/_job_mathverify.py; its client is envs/sandbox.py) is a zygote: it
+imports sympy and math-verify once, warms them up, and forks the server that answers; a kill (SIGKILL, which also
+stops a C-level big-integer computation that no signal handler could) is followed by a fresh fork of the warm
+zygote, so a timed-out call does not make the next one pay an import. The zygote starts on the first symbolic check
+(or earlier, non-blocking, with `start_worker()`, as the dataset task does at construction); a call that finds it
+still starting waits for it (up to STARTUP_TIMEOUT_S), so a verdict never depends on whether the worker was warm.
+Calls from several threads share one worker and take turns on it (the fast tiers do not wait). Measured on this
+project's 2 shared cores (`python -m benchmarks.mathcheck_timing`; ranges over runs at different machine load) and
+in tests/test_envs_mathcheck.py:
 - fast path: 9-30 us for a GSM8K-sized completion, 28-70 us for 1.9k characters, 10-25 ms for the worst hostile
   text at the 32,768-character cap; the fuzz test's median call is 0.05 ms;
 - worker start: 1.2-3.5 s once per process (import and warm-up);
@@ -67,20 +68,14 @@ The worker is POSIX-only (fork, select on pipes), like the rest of objbench's pr
 
 from __future__ import annotations
 
-import atexit
-import json
 import os
 import re
-import signal
-import subprocess
-import sys
 import threading
-import time
 from collections import OrderedDict
 from dataclasses import dataclass
 from fractions import Fraction
 
-from .pipes import read_line
+from .sandbox import SandboxClient, SandboxError, SandboxSpec, SandboxTimeout, shared_client
 
 STYLES: tuple[str, ...] = ("gsm8k", "boxed", "last_number")
 REASONS: tuple[str, ...] = ("correct", "wrong", "unparseable", "timeout", "too_long")
@@ -100,7 +95,8 @@ STARTUP_TIMEOUT_S = 120.0
 WORKER_MEMORY_BYTES = 2 << 30
 """Address-space limit of the worker process (RLIMIT_AS)."""
 
-_WORKER_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_mathverify_worker.py")
+_WORKER_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_job_mathverify.py")
+"""The per-job module of the symbolic worker (run by the sandbox server, envs/sandbox_server.py)."""
 
 # A number: optional sign (only where it cannot be a binary minus), thousands groups, decimals, or a/b.
 _NUMBER_RE = re.compile(
@@ -344,168 +340,62 @@ def _compare(pred: str, gold: str, timeout_s: float) -> tuple[bool, str]:
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# The symbolic worker process
+# The symbolic worker process (the shared sandbox client, envs/sandbox.py, under math-verify's policy)
 
 
-class _SymbolicWorker:
-    """The math-verify worker of this process (see envs/_mathverify_worker.py): a warm zygote process that forks
-    the server answering requests. Requests from several threads take turns (a lock)."""
+def _worker_spec() -> SandboxSpec:
+    """math-verify's policy: this process's environment and folder, RLIMIT_AS, output discarded, servers replaced
+    after a time-out or a death."""
+    return SandboxSpec(job=_WORKER_PATH, settings={"memory_bytes": WORKER_MEMORY_BYTES}, name="math-verify worker",
+                       startup_timeout_s=STARTUP_TIMEOUT_S)
+
+
+class _SymbolicChecks:
+    """The verdicts of the symbolic tier: the worker's, cached per (pred, gold), timeouts included (a pair that
+    once ran past its bound is not retried, so a policy repeating a pathological answer costs one timeout)."""
 
     _CACHE_SIZE = 4096
 
-    def __init__(self) -> None:
+    def __init__(self, client: SandboxClient) -> None:
+        self.client = client
         self._lock = threading.Lock()
-        self._proc: subprocess.Popen | None = None
-        self._owner = os.getpid()
-        self._ready = False
-        self._buf = b""
-        self._next_id = 0
-        # (pred, gold) -> verdict, timeouts included: a pair that once ran past its bound is not retried, so a
-        # policy repeating a pathological answer costs one timeout, not one per sample.
         self._cache: OrderedDict[tuple[str, str], str] = OrderedDict()
-        self.restarts = 0
-        """Servers killed after a timeout, or replaced after they died (for tests and diagnostics)."""
 
-    def start(self, wait: bool) -> bool:
-        with self._lock:
-            try:
-                self._ensure_started()
-                if wait and not self._ready:
-                    self._wait_ready(time.monotonic() + STARTUP_TIMEOUT_S)
-                return self._ready or not wait
-            except Exception:
-                self._kill()
-                return False
+    @property
+    def restarts(self) -> int:
+        """Servers killed after a timeout, or replaced after they died (for tests and diagnostics)."""
+        return self.client.restarts
 
     def check(self, pred: str, gold: str, timeout_s: float) -> str:
         key = (pred, gold)
-        with self._lock:
+        with self._lock:  # held while asking, so a pair asked by two threads at once is computed once
             cached = self._cache.get(key)
             if cached is not None:
                 self._cache.move_to_end(key)
                 return cached
-            result = self._request(pred, gold, timeout_s)
+            result = self._ask(pred, gold, timeout_s)
             self._cache[key] = result
             if len(self._cache) > self._CACHE_SIZE:
                 self._cache.popitem(last=False)
-            return result
+        return result
 
-    def stop(self) -> None:
-        with self._lock:
-            self._kill()
-
-    # -- internals (called with the lock held)
-
-    def after_fork_in_child(self) -> None:
-        """In a forked copy of the host: the parent's worker is not ours to use or kill. Drop our copies of its
-        pipes (so it still sees EOF when the parent closes them) and of a lock another thread may have held."""
-        self._lock = threading.Lock()
-        proc, self._proc, self._owner, self._ready, self._buf = self._proc, None, os.getpid(), False, b""
-        if proc is not None:
-            for stream in (proc.stdin, proc.stdout):
-                try:
-                    stream.close()
-                except Exception:
-                    pass
-
-    def _ensure_started(self) -> None:
-        if self._proc is None or self._proc.poll() is not None:
-            self._kill()
-            self._proc = subprocess.Popen(
-                [sys.executable, _WORKER_PATH, str(WORKER_MEMORY_BYTES)],
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.DEVNULL,
-                bufsize=0,
-                close_fds=True,
-                start_new_session=True,  # Ctrl-C in a terminal goes to the training process, not the worker
-            )
-
-    def _kill(self) -> None:
-        proc, self._proc, self._ready, self._buf = self._proc, None, False, b""
-        if proc is None or os.getpid() != self._owner:
-            return
+    def _ask(self, pred: str, gold: str, timeout_s: float) -> str:
         try:
-            proc.stdin.close()  # EOF: an idle server exits 0, and the zygote with it
-            if proc.poll() is None:
-                os.kill(proc.pid, signal.SIGUSR1)  # a server stuck in a computation is killed; its replacement
-        except Exception:  # reads the EOF (or fails to announce itself on the closed pipe) and exits
-            pass
-        try:
-            proc.stdout.close()
-        except Exception:
-            pass
-        try:
-            proc.wait(timeout=2)
-        except Exception:
-            try:
-                proc.kill()
-                proc.wait(timeout=5)
-            except Exception:
-                pass
-
-    def _interrupt(self) -> None:
-        """Kill the server past its deadline; the zygote forks a warm replacement that announces itself."""
-        self.restarts += 1
-        self._ready = False
-        try:
-            os.kill(self._proc.pid, signal.SIGUSR1)
-        except Exception:
-            self._kill()
-
-    def _wait_ready(self, deadline: float) -> None:
-        while not self._ready:
-            line = self._readline(deadline)
-            if line is None:
-                raise TimeoutError("math-verify worker did not start")
-            if json.loads(line).get("ready"):
-                self._ready = True
-
-    def _request(self, pred: str, gold: str, timeout_s: float) -> str:
-        try:
-            self._ensure_started()
-            self._wait_ready(time.monotonic() + STARTUP_TIMEOUT_S)
-            self._next_id += 1
-            rid = self._next_id
-            # Requests are < 4 KiB (answers are capped), so this write never blocks on the pipe.
-            os.write(self._proc.stdin.fileno(), (json.dumps({"id": rid, "pred": pred, "gold": gold}) + "\n").encode())
-            deadline = time.monotonic() + timeout_s
-            while True:
-                line = self._readline(deadline)
-                if line is None:
-                    self._interrupt()
-                    return "timeout"
-                reply = json.loads(line)
-                if reply.get("ready"):  # the server died (memory bound, crash) and was replaced
-                    self.restarts += 1
-                    self._ready = True
-                    return "timeout"
-                if reply.get("id") == rid:  # (a late reply of a killed server has an older id)
-                    result = reply.get("result")
-                    return result if result in ("correct", "wrong", "unparseable") else "unparseable"
-        except Exception:  # the zygote died or never started, or its pipe broke: start over next time
-            self.restarts += 1
-            self._kill()
+            result = self.client.request({"pred": pred, "gold": gold}, (timeout_s,)).get("result")
+        except (SandboxTimeout, SandboxError):  # past the bound, died, or could not start: the next call starts over
             return "timeout"
-
-    def _readline(self, deadline: float) -> bytes | None:
-        """One line from the worker, or None at the deadline. Raises EOFError when the worker has exited."""
-        line, self._buf = read_line(self._proc.stdout.fileno(), self._buf, deadline, "math-verify worker exited")
-        return line
+        return result if result in ("correct", "wrong", "unparseable") else "unparseable"
 
 
-_WORKER = _SymbolicWorker()
-atexit.register(_WORKER.stop)
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_WORKER.after_fork_in_child)
+_WORKER = _SymbolicChecks(shared_client(_worker_spec))
 
 
 def start_worker(wait: bool = False) -> bool:
     """Start the symbolic worker now, so that the first symbolic check does not wait for it; with `wait`, block
     until it is ready (up to STARTUP_TIMEOUT_S). Returns False when waiting failed."""
-    return _WORKER.start(wait)
+    return _WORKER.client.start(wait)
 
 
 def stop_worker() -> None:
     """Kill the symbolic worker (it restarts on the next symbolic check)."""
-    _WORKER.stop()
+    _WORKER.client.stop()

@@ -1,4 +1,4 @@
-"""Reading a worker process's replies with a deadline (the killable workers of mathcheck.py and reasoning_gym.py)."""
+"""Reading a worker process's replies with a deadline (for the sandbox client, envs/sandbox.py)."""
 
 from __future__ import annotations
 

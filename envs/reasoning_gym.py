@@ -46,7 +46,8 @@ reward 0, never correct), too_long (over `max_completion_chars`, not examined), 
 rebuilt an entry with another question: a generator that is not deterministic across processes; the refusals of
 NONDETERMINISTIC and HASH_SEED_DEPENDENT leave none known).
 
-Scorer isolation. Every score_answer call runs in a worker process (envs/_rg_scorer_worker.py), never here: started
+Scorer isolation. Every score_answer call runs in a worker process (envs/rg_scorer.py: the sandbox server
+envs/sandbox_server.py running envs/_job_rg_score.py, through the shared client envs/sandbox.py), never here: started
 from `sys.executable` with a scrubbed environment (`scorer_env`: nothing inherited, so no API keys or tokens), in
 its own empty temporary folder (its output goes to worker.log there), under RLIMIT_AS (WORKER_MEMORY_BYTES),
 RLIMIT_FSIZE (WORKER_FILE_BYTES) and RLIMIT_CPU (per call: timeout + 1 s of CPU), talking JSON lines over pipes. The
@@ -57,8 +58,8 @@ the next call works. One worker per process, shared by every reasoning_gym task 
 starts (without blocking) on the first problem, held-out set or reward, and stops at exit. Results are cached per
 task by (entry, extracted answer), timeouts included.
 
-Unsafe scorers. Some scorers of 0.1.25 evaluate the answer as code: UNSAFE_SCORERS, derived by reading the source
-(see that constant, and `scorer_sinks`, the scanner whose run over the installed package tests/
+Unsafe scorers (envs/rg_audit.py). Some scorers of 0.1.25 evaluate the answer as code: UNSAFE_SCORERS, derived by
+reading the source (see that constant, and `scorer_sinks`, the scanner whose run over the installed package tests/
 test_reasoning_gym.py compares with the list). They are refused unless `allow_unsafe_scorer=True`; then they run,
 isolated as above (an answer can still do whatever that worker process can: read files, use the network). The
 task's `unsafe_scorer` says which case a run was. With another reasoning-gym version than PINNED_VERSION the list
@@ -77,26 +78,12 @@ Measured on this project's 2 shared cores (reasoning-gym 0.1.25; ranges over mac
 
 from __future__ import annotations
 
-import ast
-import atexit
-import builtins
 import dataclasses
 import hashlib
-import importlib.metadata
-import inspect
 import json
 import math
-import os
 import random
-import select
-import shutil
-import signal
-import subprocess
-import sys
-import tempfile
-import textwrap
 import threading
-import time
 import warnings
 from collections import OrderedDict
 from collections.abc import Mapping
@@ -104,10 +91,30 @@ from dataclasses import dataclass, replace
 
 from . import mathcheck
 from .base import Problem, RewardResult, Task, _check_nonneg_int, check_int, interleave, invalid_result
-from .pipes import read_line
+from .rg_audit import (  # noqa: F401 - the audit's names are re-exported: they were defined here
+    HASH_SEED_DEPENDENT,
+    NONDETERMINISTIC,
+    ORACLE_ONLY_EVAL,
+    PINNED_VERSION,
+    UNSAFE_SCORERS,
+    check_dataset,
+    installed_version,
+    scorer_sinks,
+    unsafe_reason,
+)
+from .rg_scorer import (  # noqa: F401 - the worker's names are re-exported: they were defined here
+    BUILD_TIMEOUT_S,
+    STARTUP_TIMEOUT_S,
+    WORKER_FILE_BYTES,
+    WORKER_MEMORY_BYTES,
+    probe_worker,
+    score,
+    scorer_env,
+    start_worker,
+    stop_worker,
+    worker_stats,
+)
 
-PINNED_VERSION = "0.1.25"
-"""The reasoning-gym version UNSAFE_SCORERS and HASH_SEED_DEPENDENT were derived from."""
 INSTALL_HINT = 'pip install -e ".[real]"'
 
 ANSWER_FORMATS: tuple[str, ...] = ("answer_tag", "last_number", "full")
@@ -118,62 +125,13 @@ DEFAULT_INSTRUCTIONS: dict[str, str] = {
 }
 REASONS: tuple[str, ...] = ("correct", "wrong", "unparseable", "truncated", "too_long", "timeout", "error")
 
-UNSAFE_SCORERS: tuple[str, ...] = (
-    "binary_matrix",  # eval(answer) (algorithmic/binary_matrix.py)
-    "countdown",  # sympy parse_expr(answer) (games/countdown.py)
-    "intermediate_integration",  # sympy.parse_expr(answer) (algebra/intermediate_integration.py)
-    "n_queens",  # eval(answer) (games/n_queens.py)
-    "polynomial_multiplication",  # sp.parse_expr(answer) (algebra/polynomial_multiplication.py)
-    "puzzle24",  # sympy parse_expr(answer) (games/puzzle24.py)
-    "simple_integration",  # sympy.parse_expr(answer) (algebra/simple_integration.py)
-    "spiral_matrix",  # eval(answer) (algorithmic/spiral_matrix.py)
-    "string_insertion",  # "".join(eval(answer)) (algorithmic/string_insertion.py)
-)
-"""Data sets of reasoning-gym 0.1.25 whose score_answer evaluates the answer text as Python (eval, or sympy's
-parse_expr, which is eval of a rewritten string). Derived by reading every score_answer of the 106 registered data
-sets and every function of reasoning_gym they call, then confirmed by `scorer_sinks` over the installed package,
-which also flags bitwise_arithmetic and number_sorting: see ORACLE_ONLY_EVAL. "composite" is refused separately."""
-
-ORACLE_ONLY_EVAL: dict[str, str] = {
-    "bitwise_arithmetic": "verify_solution() evals entry['metadata']['problem'] (generated); the answer goes to int()",
-    "number_sorting": "evals entry['answer'] (generated) when it is not JSON; the answer goes to json.loads",
-}
-"""Scorers the scanner flags whose eval() reads only the generated entry, never the answer (reviewed by hand in
-0.1.25). The worker rebuilds entries itself, so this text never comes from the model."""
-
-HASH_SEED_DEPENDENT: tuple[str, ...] = (
-    "isomorphic_strings",
-    "knight_swap",
-    "polynomial_multiplication",
-    "ransom_note",
-    "word_ladder",
-)
-"""Data sets of 0.1.25 whose entries differ between processes with different PYTHONHASHSEED (they iterate over
-sets of strings), measured by generating each data set's entries under two hash seeds (tests/test_reasoning_gym.py,
-marked slow). They need a fixed PYTHONHASHSEED in the environment, which the worker then gets too."""
-
-NONDETERMINISTIC: tuple[str, ...] = ("codeio", "list_functions")
-"""Data sets of 0.1.25 whose entries depend on the process's global random state (list_functions' generators call
-random.randint; codeio runs its snippets' own unseeded randomness): two fresh processes with the same seed and
-PYTHONHASHSEED generate different problems (measured as for HASH_SEED_DEPENDENT). Refused: their stream is not a
-function of (seed, index), and the scorer worker could not rebuild an entry."""
-
 CHUNK_SIZE = 10_000
 """Entries per training chunk (one generator seed each)."""
 EVAL_POOL_FACTOR = 4
 """At most this many times eval_size entries are read to fill the held-out set."""
 MAX_REDRAWS = 64
 """Redraws of a training entry whose question is held out before the task gives up (a tiny problem space)."""
-WORKER_MEMORY_BYTES = 2 << 30
-"""RLIMIT_AS of the scorer worker (it needs ~200 MB of address space after importing reasoning-gym)."""
-WORKER_FILE_BYTES = 64 << 20
-"""RLIMIT_FSIZE of the scorer worker: the largest file it may write (its log; whatever an evaluated answer writes)."""
-STARTUP_TIMEOUT_S = 120.0
-"""Seconds a call waits for a starting worker (import of reasoning-gym and sympy: ~2 s)."""
-BUILD_TIMEOUT_S = 120.0
-"""Seconds the worker may take to rebuild an entry (trusted generator code; creating a data set can take seconds)."""
 
-_WORKER_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_rg_scorer_worker.py")
 _SEED_MODULUS = 2**31
 _CACHE_SIZE = 8192  # (entry, answer) -> score, per task
 _PROBLEM_CACHE = 1024
@@ -188,14 +146,6 @@ def _import_reasoning_gym():
             f"task.name=reasoning_gym needs the reasoning-gym package ({PINNED_VERSION}): {INSTALL_HINT}"
         ) from e
     return reasoning_gym
-
-
-def installed_version() -> str | None:
-    """The installed reasoning-gym version (its distribution metadata; its __version__ lags), or None."""
-    try:
-        return importlib.metadata.version("reasoning_gym")
-    except importlib.metadata.PackageNotFoundError:
-        return None
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -329,350 +279,6 @@ def format_answer(answer: str, answer_format: str) -> str:
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# The scanner behind UNSAFE_SCORERS
-
-_EVAL_BUILTINS = frozenset({"eval", "exec", "compile", "__import__"})
-_SINK_MODULES = frozenset({"sympy", "pickle", "marshal", "shelve", "dill", "subprocess", "importlib", "ctypes",
-                           "code", "codeop", "runpy", "pty"})
-_SINK_ATTRS = frozenset({("os", "system"), ("os", "popen"), ("yaml", "load"), ("yaml", "unsafe_load"),
-                         ("yaml", "full_load"), ("numpy", "load")})
-_SINK_NAMES = frozenset({"eval", "exec", "parse_expr", "sympify", "simplify", "parse_latex", "literal_eval"})
-
-
-def scorer_sinks(dataset_cls: type, follow: tuple[str, ...] = ("reasoning_gym",)) -> list[str]:
-    """Calls that may evaluate text, reachable from `dataset_cls.score_answer`: builtin eval/exec/compile/
-    __import__, getattr/setattr with a computed name, anything in sympy (its functions sympify strings, and
-    sympify is eval), pickle, subprocess, os.system, yaml.load, ...; and, for calls it cannot resolve, names like
-    parse_expr or sympify. Follows every function and method of reasoning_gym that the scorer calls (static
-    resolution through the defining module's globals and the class; an unresolved method call follows the methods
-    of that name in the same module; `follow` are the module prefixes whose code is read). Sorted "where: what"
-    strings; [] = nothing found.
-
-    Conservative by design (it flags eval of the generated entry too, see ORACLE_ONLY_EVAL); it does not read
-    code outside reasoning_gym (magiccube, zss, numpy were read by hand for 0.1.25)."""
-    found: set[str] = set()
-    seen: set[int] = set()
-    owner = next(k for k in dataset_cls.__mro__ if "score_answer" in vars(k))
-    todo = [(vars(owner)["score_answer"], owner)]
-    while todo:
-        fn, owner = todo.pop()
-        fn = inspect.unwrap(getattr(fn, "__func__", fn))
-        if id(fn) in seen or not inspect.isfunction(fn):
-            continue
-        seen.add(id(fn))
-        try:
-            tree = ast.parse(textwrap.dedent(inspect.getsource(fn)))
-        except (OSError, TypeError, SyntaxError):
-            continue
-        where = f"{fn.__module__}.{fn.__qualname__}"
-        for node in ast.walk(tree):
-            if isinstance(node, ast.Call):
-                todo.extend(_scan_call(node, fn, owner, where, found, follow))
-    return sorted(found)
-
-
-def _scan_call(node: ast.Call, fn, owner: type, where: str, found: set[str], follow: tuple[str, ...]) -> list:
-    """Record a sink for one call node; return the reasoning_gym functions it leads to, as (function, class)."""
-    func = node.func
-    name = func.id if isinstance(func, ast.Name) else func.attr if isinstance(func, ast.Attribute) else ""
-    target = _resolve(func, fn, owner)
-    module = (getattr(target, "__module__", None) or "") if target is not None else ""
-    if isinstance(target, type(sys)):
-        module = target.__name__
-    if target is not None and name in _EVAL_BUILTINS and target is getattr(builtins, name, None):
-        found.add(f"{where}: {name}()")
-    elif target is not None and target in (getattr, setattr, delattr) and not (
-        len(node.args) > 1 and isinstance(node.args[1], ast.Constant)
-    ):
-        found.add(f"{where}: {name}() with a computed name")
-    root = module.split(".")[0]
-    if root in _SINK_MODULES or (root, name) in _SINK_ATTRS:
-        found.add(f"{where}: {module}.{name}()")
-    if target is None:
-        if not isinstance(func, ast.Attribute):
-            if name in _SINK_NAMES:
-                found.add(f"{where}: {name}() (unresolved)")
-            return []
-        mod = sys.modules.get(fn.__module__)
-        same = [(vars(c)[name], c) for c in vars(mod).values()
-                if inspect.isclass(c) and c.__module__ == fn.__module__ and name in vars(c)] if mod else []
-        if not same and name in _SINK_NAMES:
-            found.add(f"{where}: .{name}() (unresolved)")
-        return same
-    if not module.startswith(follow):
-        return []
-    if inspect.isclass(target):
-        return [(v, target) for v in vars(target).values() if inspect.isfunction(v) or isinstance(v, staticmethod)]
-    qual = getattr(target, "__qualname__", "")
-    cls = getattr(sys.modules.get(module), qual.split(".")[0], None) if "." in qual else None
-    return [(target, cls if inspect.isclass(cls) else owner)]
-
-
-def _resolve(node: ast.expr, fn, owner: type):
-    """The object a call's function expression names, statically: globals, builtins, self./cls. attributes."""
-    if isinstance(node, ast.Name):
-        g = getattr(fn, "__globals__", {})
-        return g[node.id] if node.id in g else getattr(builtins, node.id, None)
-    if isinstance(node, ast.Attribute):
-        if isinstance(node.value, ast.Name) and node.value.id in ("self", "cls"):
-            return inspect.getattr_static(owner, node.attr, None) if owner is not None else None
-        base = _resolve(node.value, fn, owner)
-        if base is not None:
-            try:
-                return getattr(base, node.attr, None)
-            except Exception:  # noqa: BLE001 - a property that raises on the class
-                return None
-    return None
-
-
-def unsafe_reason(dataset: str) -> str | None:
-    """Why `dataset`'s scorer counts as evaluating the answer, or None. From UNSAFE_SCORERS on the pinned version;
-    on any other version, from a scan of the installed scorer (ORACLE_ONLY_EVAL is not trusted there)."""
-    if dataset in UNSAFE_SCORERS:
-        return "its score_answer evaluates the answer (eval or sympy's parse_expr, read in reasoning-gym " \
-               f"{PINNED_VERSION})"
-    if installed_version() == PINNED_VERSION:
-        return None
-    from reasoning_gym.factory import DATASETS
-
-    sinks = scorer_sinks(DATASETS[dataset][0]) if dataset in DATASETS else []
-    if sinks:
-        return (f"reasoning-gym {installed_version()} is not the audited {PINNED_VERSION}, and a scan of its scorer "
-                f"finds calls that may evaluate text: {'; '.join(sinks[:4])}")
-    return None
-
-
-# ---------------------------------------------------------------------------------------------------------------
-# The scorer worker (client side)
-
-
-def scorer_env(workdir: str) -> dict[str, str]:
-    """The whole environment of the scorer worker: nothing inherited from this process (no API keys, tokens,
-    proxies, PYTHONPATH), only what Python needs, single-threaded numerics, and PYTHONHASHSEED when it is fixed
-    here (HASH_SEED_DEPENDENT generators must see the same one)."""
-    env = {
-        "PATH": os.defpath,
-        "LANG": "C.UTF-8",
-        "LC_ALL": "C.UTF-8",
-        "HOME": workdir,
-        "TMPDIR": workdir,
-        "PYTHONDONTWRITEBYTECODE": "1",
-        "OMP_NUM_THREADS": "1",
-        "OPENBLAS_NUM_THREADS": "1",
-        "MKL_NUM_THREADS": "1",
-    }
-    hash_seed = os.environ.get("PYTHONHASHSEED", "")
-    if hash_seed.isdigit():
-        env["PYTHONHASHSEED"] = hash_seed
-    return env
-
-
-class _ScorerWorker:
-    """The scorer worker of this process (envs/_rg_scorer_worker.py): a zygote that forks the server answering
-    requests. Requests from several threads take turns (a lock)."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._proc: subprocess.Popen | None = None
-        self._owner = os.getpid()
-        self._ready = False
-        self._buf = b""
-        self._next_id = 0
-        self._started_at = 0.0
-        self.workdir: str | None = None
-        """The worker's working folder (a fresh temporary folder, removed by stop())."""
-        self.restarts = 0
-        """Servers killed after a timeout or replaced after they died (tests, diagnostics)."""
-        self.startup_s: float | None = None
-        """Seconds from the last start to the first server's announcement (measured)."""
-        self._warned = False
-
-    def start(self) -> None:
-        """Start the worker if it is not running; does not wait for it."""
-        with self._lock:
-            try:
-                self._ensure_started()
-            except Exception:  # noqa: BLE001 - the next request reports it as a timeout
-                self._kill()
-
-    def request(self, payload: dict, timeout_s: float) -> dict:
-        """Send one request, return its reply: {"score": x}, {"error": ...} or {"timeout": True} (no answer within
-        the bounds: the server was killed and is being replaced)."""
-        with self._lock:
-            try:
-                self._ensure_started()
-                self._wait_ready(time.monotonic() + STARTUP_TIMEOUT_S)
-                self._next_id += 1
-                rid = self._next_id
-                self._send({**payload, "id": rid}, time.monotonic() + BUILD_TIMEOUT_S)
-                reply = self._reply(rid, time.monotonic() + BUILD_TIMEOUT_S)
-                if reply.get("phase") == "built":
-                    reply = self._reply(rid, time.monotonic() + timeout_s)
-                return reply
-            except Exception as e:  # noqa: BLE001 - the zygote died or never started, a pipe broke: start over
-                self.restarts += 1
-                if not self._ready:
-                    self._warn_failed_start(e)
-                self._kill()
-                return {"timeout": True}
-
-    def stop(self) -> None:
-        with self._lock:
-            self._kill()
-            if self.workdir and os.getpid() == self._owner:
-                shutil.rmtree(self.workdir, ignore_errors=True)
-                self.workdir = None
-
-    def after_fork_in_child(self) -> None:
-        """In a forked copy of this process the worker is not ours: drop our copies of its pipes and the lock."""
-        self._lock = threading.Lock()
-        proc, self._proc, self._owner, self._ready, self._buf = self._proc, None, os.getpid(), False, b""
-        self.workdir = None
-        for stream in (proc.stdin, proc.stdout) if proc is not None else ():
-            try:
-                stream.close()
-            except Exception:  # noqa: BLE001
-                pass
-
-    # -- internals (called with the lock held)
-
-    def _ensure_started(self) -> None:
-        if self._proc is not None and self._proc.poll() is None:
-            return
-        self._kill()
-        if not self.workdir or not os.path.isdir(self.workdir):
-            self.workdir = tempfile.mkdtemp(prefix="objbench-rg-scorer-")
-        settings = {"sys_path": [p for p in sys.path if p and os.path.isabs(p)], "memory_bytes": WORKER_MEMORY_BYTES,
-                    "file_bytes": WORKER_FILE_BYTES}
-        self._started_at = time.monotonic()
-        log = self._log()
-        try:
-            self._proc = subprocess.Popen(
-                [sys.executable, "-s", "-B", _WORKER_PATH, json.dumps(settings)],
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                stderr=log,
-                cwd=self.workdir,
-                env=scorer_env(self.workdir),
-                bufsize=0,
-                close_fds=True,
-                start_new_session=True,  # Ctrl-C in a terminal goes to the trainer, not the worker
-            )
-        finally:
-            os.close(log)
-        os.set_blocking(self._proc.stdin.fileno(), False)  # writes are bounded by a deadline (select)
-
-    def _log(self):
-        """The worker's stderr (where it also sends stdout): workdir/worker.log, for a failed start's message."""
-        with open(os.path.join(self.workdir, "worker.log"), "wb") as f:
-            return os.dup(f.fileno())
-
-    def _warn_failed_start(self, error: Exception) -> None:
-        if self._warned:
-            return
-        self._warned = True
-        try:
-            with open(os.path.join(self.workdir, "worker.log"), "rb") as f:
-                tail = f.read()[-600:].decode("utf-8", "replace").strip()
-        except OSError:
-            tail = ""
-        warnings.warn(f"the reasoning-gym scorer worker did not start ({type(error).__name__}: {error}); answers "
-                      f"score 0 with reason 'timeout'. Its last output: {tail or '(none)'}", stacklevel=4)
-
-    def _kill(self) -> None:
-        proc, self._proc, self._ready, self._buf = self._proc, None, False, b""
-        if proc is None or os.getpid() != self._owner:
-            return
-        try:
-            proc.stdin.close()  # EOF: an idle server exits, and the zygote with it
-            if proc.poll() is None:
-                os.kill(proc.pid, signal.SIGUSR1)  # a busy server is killed; its replacement reads the EOF
-        except Exception:  # noqa: BLE001
-            pass
-        try:
-            proc.stdout.close()
-            proc.wait(timeout=2)
-        except Exception:  # noqa: BLE001
-            try:
-                proc.kill()
-                proc.wait(timeout=5)
-            except Exception:  # noqa: BLE001
-                pass
-
-    def _interrupt(self) -> None:
-        """Kill the server past its deadline; the zygote forks a warm replacement that announces itself."""
-        self.restarts += 1
-        self._ready = False
-        try:
-            os.kill(self._proc.pid, signal.SIGUSR1)
-        except Exception:  # noqa: BLE001
-            self._kill()
-
-    def _wait_ready(self, deadline: float) -> None:
-        while not self._ready:
-            line = self._readline(deadline)
-            if line is None:
-                raise TimeoutError("the reasoning-gym scorer worker did not start")
-            if json.loads(line).get("ready"):
-                self._ready = True
-                if self.startup_s is None:
-                    self.startup_s = time.monotonic() - self._started_at
-
-    def _send(self, obj: dict, deadline: float) -> None:
-        data = (json.dumps(obj, ensure_ascii=True) + "\n").encode("ascii")
-        fd = self._proc.stdin.fileno()
-        while data:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0 or not select.select([], [fd], [], remaining)[1]:
-                raise TimeoutError("the scorer worker does not read its requests")
-            data = data[os.write(fd, data):]
-
-    def _reply(self, rid: int, deadline: float) -> dict:
-        while True:
-            line = self._readline(deadline)
-            if line is None:
-                self._interrupt()
-                return {"timeout": True}
-            reply = json.loads(line)
-            if reply.get("ready"):  # the server died (memory or CPU bound, a crash) and was replaced
-                self.restarts += 1
-                return {"timeout": True}
-            if reply.get("id") == rid:  # (a late reply of a killed server has an older id)
-                return reply
-
-    def _readline(self, deadline: float) -> bytes | None:
-        """One line from the worker, or None at the deadline. Raises EOFError when the worker has exited."""
-        line, self._buf = read_line(self._proc.stdout.fileno(), self._buf, deadline, "the scorer worker exited")
-        return line
-
-
-_WORKER = _ScorerWorker()
-atexit.register(_WORKER.stop)
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_WORKER.after_fork_in_child)
-
-
-def start_worker() -> None:
-    """Start the scorer worker now without waiting for it (the task does this on first use)."""
-    _WORKER.start()
-
-
-def stop_worker() -> None:
-    """Stop the scorer worker and remove its folder (it restarts on the next score)."""
-    _WORKER.stop()
-
-
-def probe_worker(timeout_s: float = STARTUP_TIMEOUT_S) -> dict:
-    """What the worker's server sees: {"env", "cwd", "pid", "limits", "sys_path"} (for tests and diagnostics)."""
-    return _WORKER.request({"op": "probe"}, timeout_s)
-
-
-def worker_stats() -> dict:
-    """{"startup_s", "restarts", "workdir"} of this process's scorer worker."""
-    return {"startup_s": _WORKER.startup_s, "restarts": _WORKER.restarts, "workdir": _WORKER.workdir}
-
-
-# ---------------------------------------------------------------------------------------------------------------
 # The task
 
 
@@ -690,7 +296,7 @@ class ReasoningGymTask(Task):
         self._scores: OrderedDict[tuple, RewardResult] = OrderedDict()
         self._warned = False
         self._worker_started = False
-        self.unsafe_scorer: bool = _check_dataset(cfg)
+        self.unsafe_scorer: bool = check_dataset(cfg)
         """True when the data set's scorer evaluates the answer as code (allowed by allow_unsafe_scorer): for the
         run's meta.json."""
         self._held_questions: frozenset[str] = frozenset()
@@ -844,7 +450,7 @@ class ReasoningGymTask(Task):
             if hit is not None:
                 return hit
             self._start()
-            reply = _WORKER.request(
+            reply = score(
                 {"op": "score", "dataset": cfg.dataset, "args": cfg.dataset_args, "seed": key[0], "size": key[1],
                  "index": key[2], "qhash": key[3], "answer": answer, "timeout_s": cfg.scorer_timeout_s},
                 cfg.scorer_timeout_s,
@@ -901,40 +507,6 @@ class ReasoningGymTask(Task):
 
 # ---------------------------------------------------------------------------------------------------------------
 # Construction checks
-
-
-def _check_dataset(cfg: ReasoningGymConfig) -> bool:
-    """Refuse what cannot run safely or reproducibly; return whether the scorer evaluates answers (allowed)."""
-    from reasoning_gym.factory import DATASETS
-
-    name = cfg.dataset
-    if name == "composite":
-        raise ValueError("reasoning-gym's 'composite' data set is not supported: use task.name=mixture with "
-                         "reasoning_gym components (each keeps its own held-out set, scorer and safety checks)")
-    if name not in DATASETS:
-        raise ValueError(f"unknown reasoning-gym data set {name!r}; valid: {', '.join(sorted(DATASETS))}")
-    if name in NONDETERMINISTIC:
-        raise ValueError(
-            f"reasoning-gym data set {name!r} is not supported: its generator draws from the process's global random "
-            "state, so the same (seed, index) gives different problems in different processes (no reproducible "
-            "stream, and the scorer worker could not rebuild an entry to score)"
-        )
-    reason = unsafe_reason(name)
-    if reason is not None and not cfg.allow_unsafe_scorer:
-        raise ValueError(
-            f"reasoning-gym data set {name!r} is refused: {reason}, so a model's answer would run as code. Set "
-            "task.allow_unsafe_scorer=true to run it anyway: it is then scored in an isolated worker process "
-            "(scrubbed environment, empty temporary folder, CPU and memory limits, killed after "
-            "task.scorer_timeout_s), but evaluated text can still read files and use the network from there"
-        )
-    if name in HASH_SEED_DEPENDENT and not os.environ.get("PYTHONHASHSEED", "").isdigit():
-        raise ValueError(
-            f"reasoning-gym data set {name!r} generates different problems in processes with different string "
-            "hashing (it iterates over sets of strings), so its stream would not be reproducible and its scorer "
-            "worker would rebuild other entries: run with a fixed PYTHONHASHSEED (e.g. PYTHONHASHSEED=0) in the "
-            "environment"
-        )
-    return reason is not None
 
 
 def _create(create_dataset, cfg: ReasoningGymConfig, seed: int, size: int):

@@ -9,26 +9,24 @@ signature ``fn(prompts, completions, **columns) -> list[float | None]``.
 - A sample's reward is ``task_weight * verifier + sum_k weights[k] * fn_k`` over the terms that did not abstain;
   the verifier alone decides ``correct`` (accuracy, pass@k, dynamic sampling, lengths of right and wrong answers).
 
-Every function runs in one worker process per run (envs/_reward_fn_worker.py), with a time limit per call
-(``reward.timeout``): a function that raises, returns the wrong thing, hangs or kills its process fails the run
-with ``RewardFnError`` naming it; nothing is zeroed silently. A spec is ``module:function`` (found on the
+Every function runs in one worker process per run (the sandbox server, envs/sandbox_server.py, running
+envs/_job_reward_fn.py; its client is envs/sandbox.py), with the user's environment and working folder and a time
+limit per call (``reward.timeout``): a function that raises, returns the wrong thing, hangs or kills its process
+fails the run with ``RewardFnError`` naming it; nothing is zeroed silently. A spec is ``module:function`` (found on the
 working directory and PYTHONPATH) or ``path/file.py:function``.
 """
 
 from __future__ import annotations
 
-import json
 import math
 import os
-import subprocess
-import sys
-import time
 
-from .pipes import read_line
+from .sandbox import SandboxClient, SandboxError, SandboxSpec, SandboxTimeout
 
 __all__ = ["RewardFnError", "RewardFunctions", "check_fn_spec", "fn_names", "columns_of"]
 
-_WORKER_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_reward_fn_worker.py")
+_WORKER_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_job_reward_fn.py")
+"""The per-job module of the reward-function worker (run by the sandbox server, envs/sandbox_server.py)."""
 STARTUP_TIMEOUT_S = 120.0  # importing the functions' modules (they may import torch or a tokenizer)
 
 
@@ -71,19 +69,29 @@ def columns_of(problems: list, task=None) -> dict:
 
 
 class RewardFunctions:
-    """The worker process of one run's reward functions. ``RewardFunctions(specs, timeout)`` starts it and imports
-    the functions (RewardFnError when one cannot be loaded); ``values(k, prompts, completions, columns)`` calls
-    function k; ``close()`` ends the worker (also at garbage collection)."""
+    """The worker process of one run's reward functions (the shared sandbox client, envs/sandbox.py, under the
+    reward functions' policy: the user's environment, folder and terminal; any failure stops the worker and fails
+    the run). ``RewardFunctions(specs, timeout)`` starts it and imports the functions (RewardFnError when one cannot
+    be loaded); ``values(k, prompts, completions, columns)`` calls function k; ``close()`` ends the worker (also at
+    garbage collection)."""
 
     def __init__(self, specs: list, timeout: float) -> None:
         self.specs, self.timeout = [str(s) for s in specs], float(timeout)
-        self._buf = b""
-        self._proc = subprocess.Popen([sys.executable, _WORKER_PATH], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                      bufsize=0, close_fds=True, start_new_session=True)
-        reply = self._ask({"fns": self.specs}, STARTUP_TIMEOUT_S, "loading reward.fns " + ", ".join(self.specs))
-        if "error" in reply:
+        spec = SandboxSpec(job=_WORKER_PATH, settings={"fns": self.specs}, name="reward-function worker",
+                           output="inherit", replace=False, startup_timeout_s=STARTUP_TIMEOUT_S)
+        self._client = SandboxClient(lambda: spec)
+        what = "loading reward.fns " + ", ".join(self.specs)
+        try:
+            self._client.open()
+        except SandboxTimeout:
             self.close()
-            raise RewardFnError(f"reward.fns: cannot load {', '.join(self.specs)}: {reply['error']}")
+            raise RewardFnError(f"{what} did not return within {STARTUP_TIMEOUT_S:g} s (reward.timeout); its worker "
+                                f"was stopped") from None
+        except SandboxError as e:
+            self.close()
+            if e.reply is not None:
+                raise RewardFnError(f"reward.fns: cannot load {', '.join(self.specs)}: {e.reply['error']}") from None
+            raise RewardFnError(f"{what}: its worker process ended (exit code {e.exit_code})") from None
 
     def values(self, k: int, prompts: list, completions: list, columns: dict) -> list:
         """Function k on one batch: a list of floats and Nones, one per completion."""
@@ -95,35 +103,25 @@ class RewardFunctions:
         return _checked(spec, reply.get("values"), len(completions))
 
     def _ask(self, request: dict, timeout: float, what: str) -> dict:
-        if self._proc is None or self._proc.poll() is not None:
+        if not self._client.running:
             raise RewardFnError(f"{what}: the reward-function worker is not running")
         try:
-            self._proc.stdin.write((json.dumps(request, default=str) + "\n").encode())
-            line, self._buf = read_line(self._proc.stdout.fileno(), self._buf, time.monotonic() + timeout,
-                                        "exited")
-        except (BrokenPipeError, EOFError):
-            code = self._proc.wait()
-            self.close()
-            raise RewardFnError(f"{what}: its worker process ended (exit code {code})") from None
-        if line is None:
+            return self._client.request(request, (timeout,))
+        except SandboxTimeout:
             self.close()
             raise RewardFnError(f"{what} did not return within {timeout:g} s (reward.timeout); its worker was "
-                                f"stopped")
-        return json.loads(line)
+                                f"stopped") from None
+        except SandboxError as e:
+            self.close()
+            raise RewardFnError(f"{what}: its worker process ended (exit code {e.exit_code})") from None
 
     def close(self) -> None:
-        proc, self._proc = self._proc, None
-        if proc is not None and proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        if proc is not None:
-            for stream in (proc.stdin, proc.stdout):
-                stream.close()
+        self._client.stop()
 
     def __del__(self):
         try:
             self.close()
-        except Exception:  # noqa: BLE001 - interpreter shutdown
+        except Exception:  # noqa: BLE001 - interpreter shutdown, or a constructor that failed early
             pass
 
 

@@ -15,6 +15,7 @@ import pytest
 from objbench import envs
 from objbench.envs import make_task, task_spec
 from objbench.envs import reasoning_gym as R
+from objbench.envs import rg_scorer
 
 rg = pytest.importorskip("reasoning_gym")
 
@@ -360,8 +361,8 @@ def test_a_worker_that_cannot_start_scores_timeout_and_says_why(task, tmp_path, 
     broken = tmp_path / "worker.py"
     broken.write_text("import sys\nsys.exit('boom: reasoning_gym is not importable here')\n")
     R.stop_worker()
-    monkeypatch.setattr(R, "_WORKER_PATH", str(broken))
-    monkeypatch.setattr(R._WORKER, "_warned", False)
+    monkeypatch.setattr(rg_scorer, "_WORKER_PATH", str(broken))  # the scorer worker's job module
+    monkeypatch.setattr(rg_scorer._WORKER, "_warned", False)
     p = task.problem_at(0, 11)
     with pytest.warns(UserWarning, match="did not start.*boom: reasoning_gym is not importable"):
         r = task.reward(p, "12345")
