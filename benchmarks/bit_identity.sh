@@ -18,7 +18,7 @@ snapshot() {  # SRC DEST: the tree's packages as objbench.<name> (a pre-package 
 }
 train_all() {  # TREE OUT
   local src=$2/src; snapshot "$1" "$src"; mkdir -p "$2/cfg"; cd "$src"
-  local cli="python3 -m objbench.experiments.cli.main"
+  local cli="python3 -m objbench.experiments.cli"  # a module before the packages, a package (its __main__) after
   [ -d "$1/objbench" ] || cli="python3 -m experiments.cli"  # a tree from before the one-package layout
   export OBJBENCH_CACHE=$2/cache OBJBENCH_QUIET=1
   local common="train.steps=20 train.eval_every=10 train.threads=1 seed=0 out_dir=$2/runs"

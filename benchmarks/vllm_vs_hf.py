@@ -208,7 +208,7 @@ def e2e(out_dir: Path) -> dict:
         env = {**os.environ, "OBJBENCH_CACHE": str(Path(tmp) / "cache")}
         for name, extra in (("hf", []), ("vllm", ["rollout.engine=vllm", "rollout.vllm.kv_cache_gb=0.25"])):
             t = time.perf_counter()
-            subprocess.run([sys.executable, "-m", "objbench.experiments.cli.main", "train", *E2E, *extra, f"out_dir={tmp}",
+            subprocess.run([sys.executable, "-m", "objbench", "train", *E2E, *extra, f"out_dir={tmp}",
                             f"name={name}", "--quiet"], cwd=ROOT, env=env, check=True, capture_output=True)
             wall = time.perf_counter() - t
             rows = [json.loads(l) for l in open(Path(tmp) / name / "metrics.jsonl")]
@@ -232,7 +232,7 @@ def _e2e_model_run(path: str, data: Path, tmp: str, name: str, steps: int, threa
             "train.checkpoint_every=0", f"train.threads={threads}", "seed=0", *extra]
     env = {**os.environ, "OBJBENCH_CACHE": str(Path(tmp) / "cache")}
     t = time.perf_counter()
-    subprocess.run([sys.executable, "-m", "objbench.experiments.cli.main", "train", *args, f"out_dir={tmp}",
+    subprocess.run([sys.executable, "-m", "objbench", "train", *args, f"out_dir={tmp}",
                     f"name={name}", "--quiet"], cwd=ROOT, env=env, check=True, capture_output=True)
     wall = time.perf_counter() - t
     with open(Path(tmp) / name / "metrics.jsonl") as fh:

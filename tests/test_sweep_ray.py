@@ -76,7 +76,7 @@ def test_ray_sweep_on_a_cluster_finishes_the_good_run_and_lists_the_failed_one(t
     cache = tmp_path / "cache"
     env = {**os.environ, "RAY_ADDRESS": address, "OBJBENCH_CACHE": str(cache), "OBJBENCH_TEST_CRASH_AT_STEP": "3",
            "PYTHONPATH": os.pathsep.join([str(REPO), str(REPO / "tests" / "crash_hook")])}
-    cmd = [sys.executable, "-m", "objbench.experiments.cli.main", "sweep", "f.yaml", "--out", "out", "--executor", "ray"]
+    cmd = [sys.executable, "-m", "objbench", "sweep", "f.yaml", "--out", "out", "--executor", "ray"]
     p = subprocess.run(cmd, cwd=driver, env=env, capture_output=True, text=True, timeout=600)
     assert p.returncode == 1, p.stdout[-3000:] + p.stderr[-3000:]
     last = p.stderr.strip().splitlines()[-1]
@@ -113,7 +113,7 @@ def test_ray_tasks_load_the_spec_s_plugins_and_reward_functions(tmp_path, cluste
         sort_keys=False))
     env = {**os.environ, "RAY_ADDRESS": address, "OBJBENCH_CACHE": str(tmp_path / "cache"),
            "PYTHONPATH": str(REPO)}
-    cmd = [sys.executable, "-m", "objbench.experiments.cli.main", "sweep", "p.yaml", "--out", "out", "--executor", "ray"]
+    cmd = [sys.executable, "-m", "objbench", "sweep", "p.yaml", "--out", "out", "--executor", "ray"]
     p = subprocess.run(cmd, cwd=driver, env=env, capture_output=True, text=True, timeout=600)
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
     sweep_dir = driver / "out" / "p"
