@@ -1,7 +1,8 @@
 """Analysis of objbench runs, read from disk: DataFrames, statistics, figures, tables and report.md.
 
-Imports nothing else from objbench; it only knows the run-folder format (see ``analysis.load``), so it works on
-results copied from a cluster.
+Imports nothing else from objbench but ``envs.passk`` (pass@k, which the training loop logs with; re-exported by
+``stats``); it only knows the run-folder format (see ``analysis.load``), so it works on results copied from a
+cluster.
 
     from objbench.analysis import load_runs, write_report
     runs = load_runs("results/runs/quickstart")       # long DataFrames: runs.metrics, runs.evals, runs.configs
