@@ -6,7 +6,7 @@ import ast
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-PACKAGES = ("algos", "envs", "rollout", "experiments", "analysis")
+PACKAGES = ("algos", "envs", "rollout", "experiments", "analysis", "experiments/studies", "analysis/studies")
 MAX_FUNCTION_LINES = 80
 
 
@@ -15,7 +15,7 @@ def _sources(*folders):
 
 
 def _module(path: Path) -> str:
-    return f"objbench.{path.parent.name}.{path.stem}"
+    return "objbench." + ".".join(path.relative_to(ROOT).with_suffix("").parts)
 
 
 def _imports(path: Path) -> list[tuple[str, list[str]]]:
@@ -53,8 +53,8 @@ def test_no_import_cycle_between_modules():
 
 
 def test_no_private_name_is_imported_across_packages():
-    for path in _sources(*PACKAGES, "benchmarks", "studies"):
-        own = f"objbench.{path.parent.name}"
+    for path in _sources(*PACKAGES, "benchmarks"):
+        own = f"objbench.{path.relative_to(ROOT).parts[0]}"
         for mod, names in _imports(path):
             if mod == own or mod.startswith(own + "."):
                 continue
@@ -64,7 +64,7 @@ def test_no_private_name_is_imported_across_packages():
 
 def test_no_function_is_longer_than_a_screen():
     long = []
-    for path in _sources(*PACKAGES, "benchmarks", "studies", "objbench"):
+    for path in _sources(*PACKAGES, "benchmarks", "objbench"):
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 n = node.end_lineno - node.lineno + 1
