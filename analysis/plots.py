@@ -13,6 +13,7 @@ returns ``(fig, ax)`` or ``(fig, axes)``.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Mapping, Sequence
 
@@ -38,6 +39,8 @@ __all__ = [
     "plot_curves",
     "plot_panels",
     "plot_final",
+    "ScorePanel",
+    "plot_score_panels",
 ]
 
 X_LABELS = {"step": "training step", "tokens": "generated tokens"}
@@ -405,3 +408,67 @@ def _draw_paired(ax, rows: pd.DataFrame, colors: Mapping[str, tuple], labels: bo
     ax.xaxis.set_major_locator(MaxNLocator(nbins=5))  # long tick labels (-0.00125) must not run together
     ax.tick_params(axis="x", labelsize="small")
     ax.grid(True, axis="x", alpha=0.3)
+
+
+@dataclass(frozen=True)
+class ScorePanel:
+    """One panel of a score grid (the score card's figure): one measure, a row per card.
+
+    Attributes:
+        title: the panel's title.
+        rows: ``(label, row)`` per card, top to bottom; ``row`` a mapping with ``score``, ``low`` and ``high`` (the
+            95% interval), or None where that card lacks the measure. The first row is the card under test.
+        signed: the measure is signed (a paired difference, a change): a dotted line at 0.
+        muted: the title in grey (the measure's controls did not separate).
+    """
+
+    title: str
+    rows: list
+    signed: bool = False
+    muted: bool = False
+
+
+def plot_score_panels(panels: Sequence[ScorePanel], labels: Sequence[str], colors: Mapping[str, tuple],
+                      title: str = "") -> Figure:
+    """A grid of :class:`ScorePanel` (at most :data:`MAX_COLUMNS` across, :data:`PANEL_SIZE` inches each; fixed
+    margins from :func:`grid_figure`, the left one wide enough for the longest of ``labels``, the row labels, which
+    only the first column shows). The first row of each panel is black and larger, every other row takes its label's
+    colour in ``colors``; each row a dot at the score and a bar over its interval."""
+    ncols = min(MAX_COLUMNS, max(1, len(panels)))
+    nrows = math.ceil(len(panels) / ncols)
+    label_chars = max(len(label) for label in labels)
+    fig, axes = grid_figure(nrows, ncols, PANEL_SIZE, top_in=0.75 if title else 0.5, bottom_in=0.4,
+                            left=0.25 + 0.068 * label_chars, wgap=0.35, hgap=0.9)
+    for k, ax in enumerate(axes.flat):
+        if k >= len(panels):
+            ax.set_visible(False)
+            continue
+        panel = panels[k]
+        _draw_score_rows(ax, panel.rows, colors, k % ncols == 0, panel.signed)
+        ax.set_title(panel.title, fontsize=8, color="0.45" if panel.muted else "black")
+    if title:
+        fig.suptitle(title, fontsize=10, y=1 - 0.1 / fig.get_figheight(), va="top")
+    return fig
+
+
+def _draw_score_rows(ax, rows, colors, first_column: bool, signed: bool) -> None:
+    n = len(rows)
+    if all(row is None or not math.isfinite(row["score"]) for _, row in rows):
+        ax.text(0.5, 0.5, "not measured\n(no seed has a value)", transform=ax.transAxes, ha="center", va="center",
+                fontsize=8, color="0.4")
+    for i, (label, row) in enumerate(rows):
+        y = n - 1 - i
+        if row is None or not math.isfinite(row["score"]):
+            continue
+        color = "black" if i == 0 else colors[label]
+        lo, hi = row["low"], row["high"]
+        if math.isfinite(lo) and math.isfinite(hi):
+            ax.plot([lo, hi], [y, y], color=color, lw=2.2 if i == 0 else 1.4, solid_capstyle="butt")
+        ax.plot([row["score"]], [y], marker="o" if i == 0 else "D", ms=6 if i == 0 else 4.5, color=color)
+    if signed:
+        ax.axvline(0.0, color="0.5", lw=0.8, ls=":")
+    ax.set_yticks(np.arange(n))
+    ax.set_yticklabels([lab for lab, _ in rows][::-1] if first_column else [])
+    ax.set_ylim(-0.6, n - 0.4)
+    ax.grid(axis="x", alpha=0.3)
+    ax.tick_params(labelsize=7)

@@ -174,10 +174,9 @@ def _runs_from_folders(runs_dir: Path, include_incomplete: bool) -> tuple[Runs, 
 def _check_study(report_cfg) -> str | None:
     study = (report_cfg or {}).get("study") if isinstance(report_cfg, dict) else None
     if study:
-        from objbench.analysis.studies import STUDIES
+        from objbench.analysis.studies import STUDY_SECTIONS
 
-        if study not in STUDIES:
-            raise ValueError(f"unknown study {study!r}; valid: {', '.join(STUDIES)}")
+        STUDY_SECTIONS.get(study)  # ValueError naming the registered studies
     return study
 
 
@@ -296,9 +295,9 @@ def _sources_from_folders(runs_dir: Path, out_dir, include_incomplete: bool, giv
 def _place_data(src: _Sources, opts: dict, study: str | None) -> Runs:
     """Put the data file into the output folder; returns the runs as read back from it."""
     if not src.from_data:
-        from objbench.analysis.studies import NEEDS_SAMPLES
+        from objbench.analysis.studies import reads_samples
 
-        samples = rdata.read_samples_jsonl(src.runs.configs) if study in NEEDS_SAMPLES else None
+        samples = rdata.read_samples_jsonl(src.runs.configs) if reads_samples(study) else None
         rdata.write_data(src.runs, src.out, samples=samples, report_options=opts,
                          source={"runs_dir": src.source_runs_dir, "loading_notes": src.notes,
                                  "spec_notes": src.spec_notes, "prereg": src.section})

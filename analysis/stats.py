@@ -1,4 +1,5 @@
-"""Statistics over seeds: intervals of a mean, IQM, P(X > Y), pass@k, learning-curve bands.
+"""Statistics over seeds: intervals of a mean, IQM, P(X > Y), learning-curve bands (and pass@k, re-exported from
+objbench.envs.passk, where the training loop imports it).
 
 Every function is pure: arrays or DataFrames in, numbers or DataFrames out, no I/O, no plotting, no global
 random state. Functions that resample take ``seed`` (an int or a ``numpy.random.Generator``); the same
@@ -37,6 +38,7 @@ import pandas as pd
 import scipy.stats
 
 from objbench.analysis.inference import MIN_BOOTSTRAP_N, mean_interval
+from objbench.envs.passk import pass_at_k  # re-exported: the training loop logs pass@k with it
 
 __all__ = [
     "CI",
@@ -340,41 +342,6 @@ def prob_improvement(
         confidence_level=confidence,
         **_rng(seed),
     )
-
-
-# ---------------------------------------------------------------------------------------------- pass@k
-
-
-def pass_at_k(n, c, k):
-    """Unbiased pass@k estimator (Chen et al., 2021): ``1 - C(n - c, k) / C(n, k)``.
-
-    Computed in the numerically stable product form ``1 - prod_{i = n-c+1}^{n} (1 - k / i)``, which never
-    forms the (huge) binomial coefficients.
-
-    Args:
-        n: samples drawn per problem (int >= 1).
-        c: correct samples among them (0 <= c <= n).
-        k: the k in pass@k (1 <= k <= n).
-        Any of them may be an array; they broadcast, and the result has the broadcast shape.
-
-    Returns:
-        float (or float array): the probability that at least one of k samples drawn without replacement from
-        the n is correct. 0 when c = 0; 1 when n - c < k.
-    """
-    n_arr, c_arr, k_arr = np.broadcast_arrays(np.asarray(n), np.asarray(c), np.asarray(k))
-    for name, v in (("n", n_arr), ("c", c_arr), ("k", k_arr)):
-        if not np.all(np.equal(np.mod(v, 1), 0)):
-            raise ValueError(f"{name} must be integers, got {v}")
-    if np.any(n_arr < 1) or np.any(c_arr < 0) or np.any(c_arr > n_arr) or np.any(k_arr < 1) or np.any(k_arr > n_arr):
-        raise ValueError(f"need 1 <= k <= n and 0 <= c <= n; got n={n}, c={c}, k={k}")
-    out = np.empty(n_arr.shape, dtype=float)
-    for idx in np.ndindex(n_arr.shape):
-        ni, ci, ki = int(n_arr[idx]), int(c_arr[idx]), int(k_arr[idx])
-        if ni - ci < ki:
-            out[idx] = 1.0
-        else:
-            out[idx] = 1.0 - float(np.prod(1.0 - ki / np.arange(ni - ci + 1, ni + 1)))
-    return float(out) if out.ndim == 0 else out
 
 
 # ---------------------------------------------------------------------------------------------- curves

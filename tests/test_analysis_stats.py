@@ -13,10 +13,10 @@ from objbench.analysis.stats import (
     iqm,
     mean_ci,
     mean_ci_over_seeds,
-    pass_at_k,
     prob_improvement,
     stratified_bootstrap_ci,
 )
+from objbench.envs.passk import pass_at_k
 
 
 # ------------------------------------------------------------------------------------------------ IQM
@@ -42,6 +42,12 @@ def test_iqm_rejects_nan_and_empty():
 
 
 # ------------------------------------------------------------------------------------------------ pass@k
+def test_pass_at_k_lives_in_envs_and_analysis_re_exports_it():
+    from objbench.analysis import stats
+
+    assert stats.pass_at_k is pass_at_k and "pass_at_k" in stats.__all__
+
+
 @pytest.mark.parametrize(
     "n,c,k,expected",
     [

@@ -1,6 +1,7 @@
-"""studies/kl_study.py (and the studies/kl_*.py it imports): the study's own statistics reproduce Schulman's Gaussian
-table, the gradient identities hold exactly on enumerable toys (one token and sequences), and a --quick run of the
-whole study writes consistent outputs. Every check runs the study's functions, not a copy of them."""
+"""The KL-estimator study (experiments/studies/kl_estimators.py, the kl_*.py beside it, and analysis/studies/kl_*.py):
+the study's own statistics reproduce Schulman's Gaussian table, the gradient identities hold exactly on enumerable
+toys (one token and sequences), and a --quick run of the whole study writes consistent outputs. Every check runs
+the study's functions, not a copy of them."""
 
 import json
 import math
@@ -9,11 +10,11 @@ import pandas as pd
 import pytest
 import torch
 
-from studies import kl_study
-from studies.kl_config import ESTIMATORS, GRAD_RTOL, SCHULMAN_TABLE, ZERO_GRAD_TOL, Args
-from studies.kl_gradients import (_sequence_model, categorical_gradients, kl_grads, mc_gradients, per_sample_grads,
-                                  sequence_gradients, toy_instance)
-from studies.kl_tokens import bin_tokens, estimator_stats, gaussian_table, perturb
+from objbench.analysis.studies.kl_config import ESTIMATORS, GRAD_RTOL, SCHULMAN_TABLE, ZERO_GRAD_TOL, Args
+from objbench.experiments.studies import kl_estimators
+from objbench.experiments.studies.kl_gradients import (_sequence_model, categorical_gradients, kl_grads, mc_gradients,
+                                                       per_sample_grads, sequence_gradients, toy_instance)
+from objbench.experiments.studies.kl_tokens import bin_tokens, estimator_stats, gaussian_table, perturb
 
 F64 = torch.float64
 
@@ -154,7 +155,7 @@ def test_perturb_scales_with_sigma_and_leaves_the_original_alone():
 def test_quick_run_writes_consistent_outputs(tmp_path):
     out = tmp_path / "kl"
     argv = ["--out", str(out), "--quick", "--set", "sft.steps=10", "--cache-dir", str(tmp_path / "cache")]
-    assert kl_study.main(argv) == 0
+    assert kl_estimators.main(argv) == 0
     for f in ("README.md", "kl_token_bins.png", "token_bins.csv", "policies.csv", "gaussian_table.csv",
               "grad_categorical.csv", "grad_mc.csv", "grad_sequence.csv", "verdicts.md", "run.json"):
         assert (out / f).stat().st_size > 0, f

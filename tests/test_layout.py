@@ -19,7 +19,7 @@ ALLOWED = {
     "algos": set(),
     "envs": set(),
     "rollout": {"algos", "envs"},
-    "analysis": {"algos"},  # reads run folders; algos only for estimators shared with the loop (pass@k)
+    "analysis": {"envs"},  # reads run folders; envs.passk only, the estimator it shares with the loop
     "experiments": set(),
     "experiments.config": LOWER,
     "experiments.run": LOWER | {"experiments.config"},

@@ -32,7 +32,8 @@ def wheel(tmp_path_factory):
 def test_the_wheel_installs_one_top_level_package(wheel):
     names = zipfile.ZipFile(wheel).namelist()
     assert {n.split("/")[0] for n in names} == {"objbench", "objbench-0.1.0.dist-info"}
-    for sub in ("algos", "envs", "rollout", "experiments", "analysis", "integrations"):
+    for sub in ("algos", "envs", "rollout", "experiments", "analysis", "integrations", "experiments/studies",
+                "analysis/studies"):
         assert f"objbench/{sub}/__init__.py" in names
     assert "objbench/integrations/trl.py" in names
     for init in sorted(p for d in ("algos", "envs", "rollout", "experiments", "analysis") for p in (ROOT / d).rglob(

@@ -1,4 +1,4 @@
-"""Study sections (analysis/studies.py): closed forms worked out by hand, the windows on a synthetic sweep, and whole
+"""Study sections (analysis/studies/): closed forms worked out by hand, the windows on a synthetic sweep, and whole
 reports on run folders in the layout of each committed study, as they were made (no declared comparisons) and as
 the updated specs declare them."""
 
@@ -13,6 +13,7 @@ import yaml
 from objbench.analysis.plots import arm_colors
 from objbench.analysis.report import write_report
 from objbench.analysis.studies import closed_form_weight
+from objbench.analysis.studies.difficulty_bias import bucket_curves
 from objbench.analysis.synthetic import STUDY_ARMS, write_study_sweep
 
 REPO = Path(__file__).resolve().parent.parent
@@ -141,7 +142,7 @@ def test_bucket_shares_by_hand(tmp_path):
                         "task.name": "mixture", "task.components": comps})
     runs = Runs(root=".", metrics=pd.DataFrame(rows), evals=pd.DataFrame(columns=["run"]),
                 configs=pd.DataFrame(cfg), sweep={"arms": ["g", "n"], "name": "t"})
-    L = studies._bucket_curves(runs, tmp_path, ["reward/acc_d1", "reward/acc_d2"], ["g", "n"],
+    L = bucket_curves(runs, tmp_path, ["reward/acc_d1", "reward/acc_d2"], ["g", "n"],
                                arm_colors(["g", "n"]), 60)
     t = pd.read_csv(tmp_path / "bucket_shares.csv").set_index(["bucket", "arm"])
     assert t.loc[(1, "g"), "share"] == pytest.approx(0.30) and t.loc[(1, "n"), "share"] == pytest.approx(0.55)

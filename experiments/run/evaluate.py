@@ -17,7 +17,7 @@ def mean_of(xs) -> float:
 
 def evaluate(s: Setup, step: int) -> dict:
     """Greedy accuracy per difficulty and pass@k (unbiased estimator) on the held-out set."""
-    from objbench.analysis.stats import pass_at_k
+    from objbench.envs.passk import pass_at_k
 
     problems = s.task.eval_set()
     if s.cfg.train.eval_size:

@@ -50,7 +50,7 @@ def group_pass_at_k(correct: list, sizes: list) -> dict:
     """reward/pass@k for k = 2, 4, ... up to the smallest group: the unbiased estimator over each prompt's group of
     completions (Chen et al. 2021), averaged over groups. Beside reward/acc (pass@1) it tells sharpening (pass@1
     rising to meet pass@k) from learning (pass@k rising)."""
-    from objbench.analysis.stats import pass_at_k
+    from objbench.envs.passk import pass_at_k
 
     if not sizes or min(sizes) < 2:
         return {}

@@ -1,5 +1,6 @@
-"""KL study output: number formatting, the Markdown tables, the plain-language findings, README.md and the table
-files (CSV full precision, Markdown rounded for reading)."""
+"""KL-estimator study output: number formatting, the Markdown tables, the plain-language findings, README.md, the
+table files (CSV full precision, Markdown rounded for reading) and the token-bins figure (drawn by
+analysis.plots_studies)."""
 
 from __future__ import annotations
 
@@ -9,11 +10,13 @@ from pathlib import Path
 
 import pandas as pd
 
-from studies.kl_config import EXACT_UNBIASED, ESTIMATORS, GRAD_RTOL, MIN_BIN_TOKENS, UNBIASED_Z, ZERO_GRAD_TOL, Args
-from studies.kl_gradients import GRAD_FORMS
+from objbench.analysis.plots_studies import plot_kl_token_bins
+from objbench.analysis.studies.kl_config import (COLORS, ESTIMATORS, EXACT_UNBIASED, GRAD_FORMS, GRAD_RTOL,
+                                                 MIN_BIN_TOKENS, UNBIASED_Z, ZERO_GRAD_TOL, Args)
 
 
 def sci(v, digits: int = 2) -> str:
+    """``v`` to ``digits`` + 2 significant digits, in scientific notation below 1e-3 and from 1e4; "n/a" for NaN."""
     if v is None or (isinstance(v, float) and math.isnan(v)):
         return "n/a"
     if v == 0:
@@ -32,6 +35,7 @@ def md(df: pd.DataFrame) -> str:
 
 
 def display_gaussian(t: pd.DataFrame) -> pd.DataFrame:
+    """Part 0's Gaussian table, formatted for reading (gaussian_table.md)."""
     return pd.DataFrame({
         "mu": t.mu, "true KL": t.true_kl.map(sci), "estimator": t.estimator,
         "bias/KL": t.rel_bias.map(lambda v: f"{v:.4f}"), "std/KL": t.rel_std.map(lambda v: f"{v:.3f}"),
@@ -41,6 +45,7 @@ def display_gaussian(t: pd.DataFrame) -> pd.DataFrame:
 
 
 def display_policies(p: pd.DataFrame) -> pd.DataFrame:
+    """Part a's per-policy table, formatted for reading (policies.md)."""
     return pd.DataFrame({
         "sigma": p.sigma, "completions": p.n_completions, "tokens": p.n_tokens,
         "mean length": p.mean_len.map(lambda v: f"{v:.2f}"),
@@ -50,6 +55,7 @@ def display_policies(p: pd.DataFrame) -> pd.DataFrame:
 
 
 def display_bins(b: pd.DataFrame) -> pd.DataFrame:
+    """Part a's per-bin, per-estimator table, formatted for reading (token_bins.md)."""
     return pd.DataFrame({
         "true KL bin": [f"[{sci(lo, 0)}, {sci(hi, 0)})" for lo, hi in zip(b.bin_low, b.bin_high)],
         "tokens": b.n, "mean KL": b.kl_mean.map(sci), "estimator": b.estimator,
@@ -62,6 +68,7 @@ def display_bins(b: pd.DataFrame) -> pd.DataFrame:
 
 
 def display_grad(g: pd.DataFrame) -> pd.DataFrame:
+    """Part b's exact expected gradients on the one-token categorical, formatted (grad_categorical.md)."""
     return pd.DataFrame({
         "s": g.distance, "KL(π‖ref)": g.kl_rev.map(sci), "form": g.form.map(GRAD_FORMS.get),
         "cos vs ∇rev": g.cos_rev.map(lambda v: "n/a (g=0)" if math.isnan(v) else f"{v:+.6f}"),
@@ -71,6 +78,7 @@ def display_grad(g: pd.DataFrame) -> pd.DataFrame:
 
 
 def display_mc(m: pd.DataFrame) -> pd.DataFrame:
+    """Part b's Monte-Carlo gradient noise table, formatted for reading (grad_mc.md)."""
     return pd.DataFrame({
         "s": m.distance, "form": m.form.map(GRAD_FORMS.get),
         "per-token std / |∇rev|": m.rel_std_per_sample.map(sci),
@@ -79,7 +87,9 @@ def display_mc(m: pd.DataFrame) -> pd.DataFrame:
         "mean cos(ĝ, ∇rev)": m.mc_cos_rev.map(lambda v: f"{v:+.3f}"),
         "mean cos(ĝ, ∇fwd)": m.mc_cos_fwd.map(lambda v: f"{v:+.3f}")})
 
+
 def display_sequence(ss: pd.DataFrame) -> pd.DataFrame:
+    """Part b's sequence-toy cosines, mean [min, max] over instances, formatted (grad_sequence.md)."""
     def cell(r, t):
         if math.isnan(r[f"cos_{t}_mean"]):
             return "n/a (g=0)"
@@ -92,6 +102,7 @@ def display_sequence(ss: pd.DataFrame) -> pd.DataFrame:
         "cos vs ∇ token-local rev KL": [cell(r, "local_rev") for _, r in ss.iterrows()],
         "cos vs ∇ token-local fwd KL": [cell(r, "local_fwd") for _, r in ss.iterrows()],
         "max rel err vs ∇ seq rev": ss.rel_err_seq_rev_max.map(sci)})
+
 
 def findings(tables: dict) -> list[str]:
     """Plain-language observations with their numbers (Markdown bullets), computed from the tables."""
@@ -138,8 +149,8 @@ def findings(tables: dict) -> list[str]:
                f"(their cos: {row('k3', 'cos_rev')}).")
     ss = tables["seq_summary"]
     k2s = ss[ss.form == "k2"]
-    out.append(f"**Sequences.** Summed over a sequence, the per-token k2 loss (and k3_k2grad, k3_ratio) follows the "
-               f"gradient of the token-local KL, not of the sequence KL: mean cos with ∇ seq KL(π‖ref) "
+    out.append("**Sequences.** Summed over a sequence, the per-token k2 loss (and k3_k2grad, k3_ratio) follows the "
+               "gradient of the token-local KL, not of the sequence KL: mean cos with ∇ seq KL(π‖ref) "
                + ", ".join(f"{r.cos_seq_rev_mean:.3f} (min {r.cos_seq_rev_min:.3f}) at s = {r.distance:g}"
                            for r in k2s.itertuples())
                + ". k1 in the reward (sequence sum or reward-to-go) gives the sequence-KL gradient exactly. k3 as a "
@@ -148,8 +159,9 @@ def findings(tables: dict) -> list[str]:
 
 
 def git_commit() -> str:
+    """The commit of the checkout this code runs from ("unknown" outside a git checkout)."""
     try:
-        here = Path(__file__).resolve().parent.parent
+        here = Path(__file__).resolve().parent
         c = subprocess.run(["git", "rev-parse", "HEAD"], cwd=here, capture_output=True, text=True, timeout=5)
         return c.stdout.strip() or "unknown"
     except (OSError, subprocess.SubprocessError):
@@ -176,8 +188,9 @@ if the SFT cache is cold):
 {command}
 ```
 
-Code: `studies/kl_study.py` (its module docstring defines every quantity) and the `studies/kl_*.py` it
-imports; tests: `tests/test_kl_study.py`.
+Code: `experiments/studies/kl_estimators.py` (its module docstring defines every quantity), the
+`experiments/studies/kl_*.py` it imports (sampling, scoring, gradients) and `analysis/studies/kl_*.py` (settings,
+verdicts, tables, this README); tests: `tests/test_kl_study.py`.
 Commit: `{git_commit()}`. Notation as in algos/kl.py: samples from π, x = log π_ref(y) − log π(y),
 k1 = −x, k2 = x²/2, k3 = eˣ − 1 − x. All KLs in nats per token (sequences: nats per sequence).
 
@@ -293,7 +306,15 @@ def _readme_notes(tables: dict) -> str:
 """
 
 
+def save_token_bins_figure(bins: pd.DataFrame, out: Path, quick: bool = False) -> None:
+    """kl_token_bins.png (PNG only): bias, std and std/KL per exact-KL bin (analysis.plots_studies), at 130 dpi, 60
+    for a --quick run."""
+    fig, _ = plot_kl_token_bins(bins, ESTIMATORS, COLORS)
+    fig.savefig(out / "kl_token_bins.png", dpi=60 if quick else 130)
+
+
 def write_tables(out: Path, tables: dict) -> None:
+    """Each table as CSV (full precision) and Markdown (rounded), and the sequence toy's per-instance CSV."""
     specs = {"gaussian_table": ("gaussian", display_gaussian), "policies": ("policies", display_policies),
              "token_bins": ("bins", display_bins), "grad_categorical": ("grad", display_grad),
              "grad_mc": ("mc", display_mc), "grad_sequence": ("seq_summary", display_sequence)}

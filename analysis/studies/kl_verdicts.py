@@ -1,12 +1,12 @@
-"""KL study verdicts: one row per REFERENCE.md "KL" claim (claim, verdict, evidence), each traced to a named threshold
-of studies/kl_config.py."""
+"""KL-estimator study verdicts: one row per REFERENCE.md "KL" claim (claim, verdict, evidence), each traced to a named
+threshold of analysis/studies/kl_config.py."""
 
 from __future__ import annotations
 
 import pandas as pd
 
-from studies.kl_config import ESTIMATORS, EXACT_UNBIASED, GRAD_RTOL, UNBIASED_Z, ZERO_GRAD_TOL
-from studies.kl_report import sci
+from objbench.analysis.studies.kl_config import ESTIMATORS, EXACT_UNBIASED, GRAD_RTOL, UNBIASED_Z, ZERO_GRAD_TOL
+from objbench.analysis.studies.kl_report import sci
 
 
 def verdicts(gauss: pd.DataFrame, bins: pd.DataFrame, grad: pd.DataFrame, seq: pd.DataFrame | None = None

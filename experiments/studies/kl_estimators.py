@@ -1,6 +1,6 @@
 """KL-estimator study (diagnostic, no training): estimator quality and gradient behaviour of k1, k2, k3.
 
-    python -m studies.kl_study --out results/kl_estimators [--seed 0] [--quick]   # from the repository root
+    python -m objbench.experiments.studies.kl_estimators --out results/kl_estimators [--seed 0] [--quick]
 
 One question per part (bsuite style); every number in results/kl_estimators/README.md comes from here.
 
@@ -39,9 +39,11 @@ Outputs (``--out``): gaussian_table.{csv,md}, policies.{csv,md}, token_bins.{csv
 grad_offpolicy.{csv,md}, grad_mc.{csv,md}, grad_sequence.{csv,md}, kl_token_bins.png, verdicts.md, run.json,
 README.md. CSVs are tidy and full precision; Markdown tables are rounded for reading.
 
-Code: this module (the arguments and ``run``, which writes every output) and, by job, studies/kl_config.py (``Args``,
-the estimators, the named verdict thresholds), kl_tokens.py (parts 0 and a), kl_gradients.py (part b),
-kl_verdicts.py (the verdicts) and kl_report.py (tables, findings, README.md). Not part of the installed package.
+Code: this module (the arguments and ``run``, which writes every output) and, by job, kl_tokens.py (parts 0 and a)
+and kl_gradients.py (part b) beside it: the compute, which samples and scores models (objbench.rollout, the
+warm start of objbench.experiments). The analysis is in objbench.analysis.studies: kl_config.py (``Args``, the
+estimators and gradient forms, the named verdict thresholds), kl_verdicts.py (the verdicts) and kl_report.py
+(tables, findings, the figure, README.md).
 """
 
 from __future__ import annotations
@@ -58,15 +60,18 @@ from pathlib import Path
 import pandas as pd
 import torch
 
-from studies.kl_config import MIN_BIN_TOKENS, Args
-from studies.kl_gradients import categorical_gradients, mc_gradients, sequence_gradients, summarise_sequence
-from studies.kl_report import git_commit, md, write_readme, write_tables
-from studies.kl_tokens import bin_tokens, gaussian_table, load_reference, plot_bins, token_study
-from studies.kl_verdicts import verdicts
+from objbench.analysis.studies.kl_config import MIN_BIN_TOKENS, Args
+from objbench.analysis.studies.kl_report import git_commit, md, save_token_bins_figure, write_readme, write_tables
+from objbench.analysis.studies.kl_verdicts import verdicts
+from objbench.experiments.studies.kl_gradients import (categorical_gradients, mc_gradients, sequence_gradients,
+                                                       summarise_sequence)
+from objbench.experiments.studies.kl_tokens import bin_tokens, gaussian_table, load_reference, token_study
 
 
 def parse_args(argv) -> Args:
-    p = argparse.ArgumentParser(prog="python -m studies.kl_study", description=__doc__.split("\n")[0])
+    """The study's ``Args`` from the command line (--quick: ``Args.quick_sizes``)."""
+    p = argparse.ArgumentParser(prog="python -m objbench.experiments.studies.kl_estimators",
+                                description=__doc__.split("\n")[0])
     p.add_argument("--out", default=Args.out, help="output folder")
     p.add_argument("--seed", type=int, default=Args.seed)
     p.add_argument("--quick", action="store_true", help="smoke-test sizes (seconds)")
@@ -109,8 +114,7 @@ def run(args: Args, command: str = "") -> dict:
     tables = {"gaussian": gauss, "policies": policies, "bins": bins, "grad": grad, "mc": mc, "seq": seq,
               "seq_summary": summarise_sequence(seq)}
     write_tables(out, tables)
-    fig, _ = plot_bins(bins)
-    fig.savefig(out / "kl_token_bins.png", dpi=60 if args.quick else 130)
+    save_token_bins_figure(bins, out, args.quick)
     vrows = verdicts(gauss, bins, grad, seq)
     (out / "verdicts.md").write_text(md(pd.DataFrame(vrows)))
     seconds = time.perf_counter() - t0
@@ -128,9 +132,10 @@ def run(args: Args, command: str = "") -> dict:
 
 
 def main(argv=None) -> int:
+    """Run the study from the command line; prints the verdicts."""
     argv = list(sys.argv[1:] if argv is None else argv)
     args = parse_args(argv)
-    command = "python -m studies.kl_study " + " ".join(shlex.quote(a) for a in argv)
+    command = "python -m objbench.experiments.studies.kl_estimators " + " ".join(shlex.quote(a) for a in argv)
     res = run(args, command)
     for r in res["verdicts"]:
         print(f"[{r['verdict']}] {r['claim']}: {r['evidence']}")

@@ -1,13 +1,11 @@
-"""The KL study's settings: ``Args`` (everything that determines its numbers, with the seed), the estimators and the
-named thresholds its verdicts are traced to. See studies/kl_study.py for what each part measures."""
+"""The KL-estimator study's settings: ``Args`` (everything that determines its numbers, with the seed), the
+estimators, the gradient forms it compares and the named thresholds its verdicts are traced to. See
+objbench.experiments.studies.kl_estimators (the study's command) for what each part measures."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-import torch
-
-F64 = torch.float64
 ESTIMATORS = ("k1", "k2", "k3")
 COLORS = {"k1": "#1f77b4", "k2": "#ff7f0e", "k3": "#2ca02c"}  # fixed per estimator in every figure
 
@@ -15,6 +13,19 @@ COLORS = {"k1": "#1f77b4", "k2": "#ff7f0e", "k3": "#2ca02c"}  # fixed per estima
 SCHULMAN_TABLE = {
     (0.1, "k1"): (0.0, 20.0), (0.1, "k2"): (0.002, 1.42), (0.1, "k3"): (0.0, 1.42),
     (1.0, "k1"): (0.0, 2.0), (1.0, "k2"): (0.25, 1.73), (1.0, "k3"): (0.0, 1.70),
+}
+
+# The KL forms whose gradients part b compares: name -> label in the tables
+GRAD_FORMS = {
+    "k1": "k1 as loss",
+    "k2": "k2 as loss",
+    "k3": "k3 as loss",
+    "k3_k2grad": "k3_k2grad as loss (value k3, gradient k2; verl k3+)",
+    "k3_ratio": "k3_ratio as loss (r k3, r not detached; TRL / DeepSeek-V3.2)",
+    "k1_reward": "k1 in the reward (REINFORCE sg(k1) ∇log π)",
+    "k2_reward": "k2 in the reward (REINFORCE sg(k2) ∇log π)",
+    "k3_reward": "k3 in the reward (REINFORCE sg(k3) ∇log π)",
+    "x_dlogpi": "REFERENCE.md k2 row literally: x ∇log π",
 }
 
 # Verdict thresholds (named, so a verdict can be traced to a number)

@@ -1,4 +1,4 @@
-"""KL study part b: gradient behaviour of the KL forms, exact (by enumeration) and Monte-Carlo, on a one-token
+"""KL-estimator study part b: gradient behaviour of the KL forms, exact (by enumeration) and Monte-Carlo, on a one-token
 categorical and on a tabular autoregressive sequence toy (float64)."""
 
 from __future__ import annotations
@@ -10,7 +10,9 @@ import pandas as pd
 import torch
 
 from objbench.algos.kl import estimate, exact_kl
-from studies.kl_config import F64, ZERO_GRAD_TOL
+from objbench.analysis.studies.kl_config import GRAD_FORMS, ZERO_GRAD_TOL
+
+F64 = torch.float64
 
 
 def _surrogate(form: str) -> Callable[[torch.Tensor, torch.Tensor, torch.Tensor | None], torch.Tensor]:
@@ -28,19 +30,6 @@ def _surrogate(form: str) -> Callable[[torch.Tensor, torch.Tensor, torch.Tensor 
     if form == "x_dlogpi":  # REFERENCE.md's k2 row read literally: "x grad" log pi, x = ref - lp
         return lambda lp, ref, old: (ref - lp).detach() * lp
     raise ValueError(f"unknown gradient form {form!r}")
-
-
-GRAD_FORMS = {
-    "k1": "k1 as loss",
-    "k2": "k2 as loss",
-    "k3": "k3 as loss",
-    "k3_k2grad": "k3_k2grad as loss (value k3, gradient k2; verl k3+)",
-    "k3_ratio": "k3_ratio as loss (r k3, r not detached; TRL / DeepSeek-V3.2)",
-    "k1_reward": "k1 in the reward (REINFORCE sg(k1) ∇log π)",
-    "k2_reward": "k2 in the reward (REINFORCE sg(k2) ∇log π)",
-    "k3_reward": "k3 in the reward (REINFORCE sg(k3) ∇log π)",
-    "x_dlogpi": "REFERENCE.md k2 row literally: x ∇log π",
-}
 
 
 def per_sample_grads(theta: torch.Tensor, ref_logits: torch.Tensor, form: str,

@@ -1,5 +1,6 @@
-"""KL study parts 0 and a: the estimators' statistics, Schulman's Gaussian table and estimator quality on the tiny
-policy (perturbed copies of the warm start, tokens sampled and scored with full logits, binned by exact KL)."""
+"""KL-estimator study parts 0 and a: the estimators' statistics, Schulman's Gaussian table and estimator quality on
+the tiny policy (perturbed copies of the warm start, tokens sampled and scored with full logits, binned by exact
+KL)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,9 @@ import pandas as pd
 import torch
 
 from objbench.algos.kl import estimate, exact_kl
-from studies.kl_config import COLORS, ESTIMATORS, F64, MIN_BIN_TOKENS, SCHULMAN_TABLE, Args
+from objbench.analysis.studies.kl_config import ESTIMATORS, MIN_BIN_TOKENS, SCHULMAN_TABLE, Args
+
+F64 = torch.float64
 
 
 def estimator_stats(values, true_kl) -> dict:
@@ -182,47 +185,3 @@ def bin_tokens(tokens: pd.DataFrame, edges: Sequence[float] | None = None, min_t
                          "bias_enum": float(cond_bias.mean()), "std_enum": std_enum,
                          "rel_std_enum": std_enum / st["kl_mean"], "bias_se_enum": std_enum / math.sqrt(len(sel))})
     return pd.DataFrame(rows)
-
-
-def plot_bins(bins: pd.DataFrame):
-    """Bias, std and std/KL against the bin's mean exact KL, one colour per estimator. Returns (fig, axes)."""
-    from matplotlib.figure import Figure
-
-    from matplotlib.lines import Line2D
-
-    fig = Figure(figsize=(15, 5.2), layout="constrained")
-    axes = fig.subplots(1, 3)
-    for i, kind in enumerate(ESTIMATORS):
-        d = bins[bins.estimator == kind]
-        c = COLORS[kind]
-        shift = 10 ** (0.12 * (i - 1))  # spread the three estimators' markers apart within a bin
-        axes[0].errorbar(d.kl_mean * shift, d.bias, yerr=2 * d.bias_se_enum, fmt="o", color=c, capsize=3,
-                         ms=5, label=f"{kind}: sampled (±2 SE)")
-        axes[0].plot(d.kl_mean, d.bias_enum, "-", color=c, lw=1.5)
-        axes[1].plot(d.kl_mean, d.std_enum, "-", color=c, lw=1.5)
-        axes[1].plot(d.kl_mean, d["std"], "o", color=c, mfc="none")
-        axes[2].plot(d.kl_mean, d.rel_std_enum, "-", color=c, lw=1.5)
-        axes[2].plot(d.kl_mean, d.rel_std, "o", color=c, mfc="none")
-    lo, hi = bins.kl_mean.min(), bins.kl_mean.max()
-    axes[1].plot([lo, hi], [lo, hi], "k--", lw=1)
-    axes[2].axhline(1.0, color="k", ls="--", lw=1)
-    axes[0].set_yscale("symlog", linthresh=1e-5)
-    axes[0].set_yticks([-1.0, -1e-2, -1e-4, 0.0, 1e-4, 1e-2, 1.0, 1e2])
-    axes[0].axhline(0.0, color="k", lw=0.8)
-    axes[1].set_yscale("log")
-    axes[2].set_yscale("log")
-    titles = ("bias (exact bias of k1, k3 = 0)", "std of the per-token estimate", "relative std")
-    ylabels = ("bias = mean(k - KL) [nats/token]", "std(k - KL) [nats/token]", "std / true KL [ratio]")
-    for ax, t, yl in zip(axes, titles, ylabels):
-        ax.set_xscale("log")
-        ax.set_xlabel("exact per-token KL(π‖π_ref), bin mean [nats/token]")
-        ax.set_ylabel(yl)
-        ax.set_title(t)
-        ax.grid(True, which="major", alpha=0.3)
-    handles = [Line2D([], [], color=COLORS[k], lw=6, label=k) for k in ESTIMATORS]
-    handles += [Line2D([], [], color="grey", lw=1.5, label="exact (vocabulary enumerated per prefix)"),
-                Line2D([], [], color="grey", marker="o", ls="none", mfc="none", label="sampled tokens"),
-                Line2D([], [], color="grey", marker="o", ls="none", label="sampled mean ± 2 SE (bias panel)"),
-                Line2D([], [], color="k", ls="--", lw=1, label="std = true KL")]
-    fig.legend(handles=handles, loc="outside lower center", ncol=len(handles), fontsize=9, frameon=False)
-    return fig, axes
