@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from objbench.analysis.card import parse_measures, score_card, seed_values
+from objbench.experiments.card.measures import parse_measures, score_card, seed_values
 from objbench.experiments.card.run import BATTERY_FILE, card_name, load_battery, user_settings
 from objbench.experiments.config.errors import ConfigError
 
@@ -177,7 +177,7 @@ def test_a_control_pair_by_hand():
     # mean 0.2, sd 0.1, se 0.057735, t_2(0.975) = 4.302653, half-width 0.248414 -> [-0.048414, 0.448414]: not
     # validated; permutation p: only the all-plus and all-minus sign patterns reach |0.6| -> 2/8 = 0.25; the first
     # 2 seeds: (0.2, 0.3), mean 0.25, se 0.05, t_1(0.975) = 12.706205 -> [-0.385310, 0.885310]
-    from objbench.analysis.card_validation import control_row
+    from objbench.experiments.card.controls import control_row
 
     metrics = []
     for seed, (a, b) in enumerate([(0.1, 0.3), (0.2, 0.5), (0.3, 0.4)]):
@@ -208,7 +208,7 @@ def test_the_validation_file_covers_every_diagnostic_and_loads():
 
 
 def test_validation_status_takes_any_round_that_separated(tmp_path):
-    from objbench.analysis.card_report import validation_status
+    from objbench.experiments.card.report import validation_status
 
     cols = "measure,low,high,validated,card_separates,card_seeds\n"
     (tmp_path / "validation").mkdir()

@@ -6,7 +6,7 @@
 The battery (experiments/cards/battery.yaml) is a sweep of a few small configurations (arms) and the measures read
 from them, declared before any card was made. The command applies the objective's settings to every arm, runs the
 sweep through the sweep machinery (resumable after a kill, progress shown, warm starts cached and shared with every
-other card), scores each measure per seed with a 95% t interval over seeds (analysis/card.py) and writes into DIR:
+other card), scores each measure per seed with a 95% t interval over seeds (experiments/card/measures.py) and writes into DIR:
 card.md, card.png (and card.pdf), card.csv (one row per measure), card_seeds.csv (every measure's value per seed),
 the runs' data (runs.csv.gz, runs_meta.json) and the sweep spec it ran (card_spec.yaml). Runs go to DIR/runs unless
 ``--runs`` names another folder. Reference cards (results/cards/<objective>/card.csv) are drawn beside it, read
@@ -28,7 +28,7 @@ from pathlib import Path
 
 import yaml
 
-from objbench.analysis.card import Measure, parse_measures
+from objbench.experiments.card.measures import Measure, parse_measures
 from objbench.experiments.config.errors import ConfigError
 
 BATTERY_FILE = Path(__file__).resolve().parents[1] / "cards" / "battery.yaml"
@@ -190,7 +190,7 @@ def prepare_card(overrides: list[str], *, imports: list[str] = (), out: str | No
 
 def run_card(job: CardJob, *, workers: int | None = None) -> Path:
     """Run (or resume) the card's sweep, then score it and write the card into ``job.out``; returns card.md."""
-    from objbench.analysis.card_report import card_source, write_card
+    from objbench.experiments.card.report import card_source, write_card
     from objbench.analysis.load import load_runs
 
     t0 = time.time()
@@ -230,7 +230,7 @@ def card_from_data(data_dir: str | Path, out: str | None = None, *, battery: str
                    force: bool = False) -> Path:
     """Re-score a card from its stored data (no training) and write it into ``out`` (default ``data_dir``), drawn
     beside the reference cards as they are now; returns card.md."""
-    from objbench.analysis.card_report import write_card
+    from objbench.experiments.card.report import write_card
 
     t0 = time.time()
     b = load_battery(battery)

@@ -1,5 +1,5 @@
 """``objbench card --validate``: run the card's control pairs (experiments/cards/validation.yaml) and write which
-measures separate them (analysis/card_validation.py) into validation.md / validation.csv, with the runs' data.
+measures separate them (experiments/card/controls.py) into validation.md / validation.csv, with the runs' data.
 
 The controls' configurations are applied on top of the grpo preset and of the battery arm each measure reads, in a
 single sweep whose arms are ``<battery arm>__<config label>`` (each needed pair once, shared by the measures that
@@ -59,7 +59,7 @@ def load_validation(path: str | Path | None, battery: Battery) -> Validation:
 
 def validation_spec(battery: Battery, v: Validation, seeds: int) -> dict:
     """The sweep: for each control, the battery arms its measure reads, under both of its configurations."""
-    from objbench.analysis.card_validation import arm_name
+    from objbench.experiments.card.controls import arm_name
 
     measures = {m.name: m for m in battery.measures}
     arms: dict = {}
@@ -109,8 +109,8 @@ def write_validation(runs, battery: Battery, v: Validation, out_dir: Path, *, co
                      data_from: str | Path | None = None) -> Path:
     """Score the control pairs of ``runs`` and write validation.md/.csv and the runs' data into ``out_dir``
     (``data_from``: the folder of the data file ``runs`` were read from, copied rather than rewritten)."""
-    from objbench.analysis.card_report import place_data, runs_line
-    from objbench.analysis.card_validation import render_validation, score_controls
+    from objbench.experiments.card.report import place_data, runs_line
+    from objbench.experiments.card.controls import render_validation, score_controls
     from objbench.analysis.provenance import format_seconds, git_state
 
     out_dir.mkdir(parents=True, exist_ok=True)

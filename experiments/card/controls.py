@@ -14,7 +14,7 @@ from typing import Sequence
 
 import pandas as pd
 
-from objbench.analysis.card import Measure, format_score, seed_values
+from objbench.experiments.card.measures import Measure, format_score, seed_values
 from objbench.analysis.inference import permutation_test, t_interval
 
 VALIDATION_COLUMNS = ["measure", "diagnostic", "low", "high", "low_mean", "high_mean", "difference", "ci_low",

@@ -13,7 +13,7 @@ from typing import Sequence
 
 import pandas as pd
 
-from objbench.analysis.card import CARD_COLUMNS, Measure, format_score, per_seed_table, score_table
+from objbench.experiments.card.measures import CARD_COLUMNS, Measure, format_score, per_seed_table, score_table
 
 REFERENCES_DIR = Path("results/cards")
 """Where reference cards are read from (relative to the working directory: the repository root)."""
@@ -205,7 +205,7 @@ def write_card(runs, measures: Sequence[Measure], out: str | Path, *, source: di
     (:func:`card_source`) names the card, its settings, the command that ran it and its plug-ins; it is stored with
     the data. ``command`` is this invocation's (a re-score from data differs from the one that ran the runs);
     ``data_from`` is the folder of the data file ``runs`` were read from (None: run folders, whose data is written)."""
-    from objbench.analysis.card_figure import plot_card
+    from objbench.experiments.card.figure import plot_card
     from objbench.analysis.plots import save_figure
 
     out = Path(out)
