@@ -58,6 +58,7 @@ def probe_run(run_dir: Path, samples: int = 16, cache_dir=None) -> list[dict]:
     from objbench.experiments.run.setup import make_setup
     from objbench.experiments.run.warmstart import warm_start
     from objbench.rollout.bundle import char_codec
+    from objbench.experiments.run.checkpoint import latest_checkpoint
     from objbench.rollout.sft import load_policy
 
     cfg = load_config(run_dir / "config.yaml")
@@ -69,7 +70,7 @@ def probe_run(run_dir: Path, samples: int = 16, cache_dir=None) -> list[dict]:
     want = (meta.get("sft") or {}).get("weights_sha256")
     if want and info.get("weights_sha256") != want:
         raise ValueError(f"{run_dir}: the cached warm start ({info.get('weights_sha256')}) is not the run's ({want})")
-    final = load_policy(run_dir / "checkpoints" / "last" / "policy")
+    final = load_policy(latest_checkpoint(run_dir) / "policy")
     s = make_setup(cfg, task, char_codec(), start)
     problems = task.eval_set()
     a = _problem_stats(s, start, problems, samples, cfg.seed)

@@ -22,6 +22,7 @@ from objbench.experiments.config import (
     to_yaml,
 )
 from objbench.experiments.config.errors import RunFolderError
+from objbench.experiments.run.checkpoint import latest_checkpoint
 
 
 def run_status(cfg: TrainConfig) -> tuple[Path, str]:
@@ -41,7 +42,7 @@ def run_status(cfg: TrainConfig) -> tuple[Path, str]:
                                  f"is not a usable run: move or delete {run_dir}, or choose another name=")
         diff = config_differences(old, cfg)
         if diff:
-            if not (run_dir / "checkpoints" / "last" / "state.json").is_file() and not (run_dir / "done").exists():
+            if latest_checkpoint(run_dir) is None and not (run_dir / "done").exists():
                 return run_dir, "replace"  # a run that failed before its first checkpoint: nothing to resume
             raise ConfigError(
                 f"{run_dir} already holds a run with a different config (differs in: {', '.join(diff[:8])}); "

@@ -14,7 +14,8 @@ This file holds the run's driver (train) and one step (train_step); each other j
   rng.py.
 
 Files (run_dir = <out_dir>/<run name>/): config.yaml, meta.json, metrics.jsonl, eval.jsonl, samples.jsonl,
-checkpoints/last/ (safetensors weights, optimizer, RNG and loop state), done (written last).
+checkpoints/step-<N>/ with checkpoints/last linking the newest (safetensors weights, optimizer, RNG and loop state;
+experiments/run/checkpoint.py: a kill at any point of a save leaves a complete one), done (written last).
 A run that finds its folder with a checkpoint and no ``done`` resumes from the checkpoint; rows logged after
 the checkpoint are dropped first, so no step appears twice and none is lost.
 """
@@ -22,6 +23,7 @@ the checkpoint are dropped first, so no step appears twice and none is lost.
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 from collections.abc import Callable
@@ -124,9 +126,19 @@ def changed_plugins(run_dir: Path) -> list | None:
 
 
 def start_state(run_dir: Path, s: Setup, opt, critic_opt, resume: bool) -> LoopState:
-    """The loop state to start from: the checkpoint's (its logs cut back to its step), or step 0 (logs cleared)."""
+    """The loop state to start from: the newest loadable checkpoint's (its logs cut back to its step), or step 0. A
+    resumed folder with logs but no checkpoint at all (a run stopped before its first one) keeps its logs in a
+    folder beside them; one whose checkpoints all fail to load is refused (load_checkpoint)."""
     state = load_checkpoint(run_dir, s, opt, critic_opt) if resume else None
     if state is None:
+        logged = [run_dir / n for n in RUN_FILES if (run_dir / n).is_file() and (run_dir / n).stat().st_size]
+        if logged:
+            aside = run_dir / f"logs.before-restart-{datetime.now(timezone.utc):%Y%m%dT%H%M%S}"
+            aside.mkdir()
+            for f in logged:
+                os.replace(f, aside / f.name)
+            print(f"{run_dir}: no checkpoint to resume from; starting at step 0, the earlier logs kept in {aside}",
+                  file=sys.stderr)
         for name in RUN_FILES:
             (run_dir / name).unlink(missing_ok=True)
         return LoopState()
