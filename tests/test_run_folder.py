@@ -97,3 +97,29 @@ def test_a_folder_made_under_the_old_default_name_is_found(tmp_path):
     assert load_config(None, over).run_name == "grpo__s0"  # resumes it instead of starting a new folder
     # another configuration does not claim it
     assert load_config(None, [*over, "train.steps=7"]).run_name != "grpo__s0"
+
+
+# ------------------------------------------------------------------------------------------ names are names
+@pytest.mark.parametrize("name", ["../../escape", "/some/absolute/path", ".hidden", "a/b", "a b", "x\ny"])
+def test_a_run_name_that_is_not_one_folder_name_is_refused_before_any_folder(tmp_path, name):
+    with pytest.raises(ConfigError, match="not a valid name"):
+        load_config(None, [f"out_dir={tmp_path / 'out'}", f"name={name}"])
+    assert not any(tmp_path.iterdir())
+
+
+def test_committed_style_names_stay_valid(tmp_path):
+    for name in ("grpo-lr=0.0001", "k1_reward_0.04", "u8_stale4__s0", "a+b.c"):
+        assert load_config(None, [f"out_dir={tmp_path}", f"name={name}"]).run_name == name
+
+
+@pytest.mark.parametrize("arm", ["../escape", "/abs", ".x"])
+def test_a_sweep_arm_or_sweep_name_that_is_not_a_folder_name_is_refused(tmp_path, arm):
+    from objbench.experiments.sweeper.plan import load_sweep
+
+    (tmp_path / "s.yaml").write_text(yaml.safe_dump({"name": "s", "seeds": 1, "arms": {arm: {"objective": "grpo"}}}))
+    with pytest.raises(ConfigError, match="not a valid name"):
+        load_sweep(tmp_path / "s.yaml", out_dir=str(tmp_path / "out"))
+    (tmp_path / "t.yaml").write_text(yaml.safe_dump({"name": arm, "seeds": 1, "arms": ["grpo"]}))
+    with pytest.raises(ConfigError, match="not a valid name"):
+        load_sweep(tmp_path / "t.yaml", out_dir=str(tmp_path / "out"))
+    assert not (tmp_path / "out").exists()

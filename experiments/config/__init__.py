@@ -32,6 +32,7 @@ _WHERE = {
     "added_later": "identity",
     "config_differences": "identity",
     "config_hash": "identity",
+    "check_name": "identity",
     "default_run_name": "identity",
     "flat_dict": "identity",
     "to_dict": "identity",

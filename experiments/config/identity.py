@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import re
 import json
 import typing
 from dataclasses import asdict, fields, is_dataclass
@@ -13,6 +14,7 @@ from pathlib import Path
 import yaml
 
 from objbench.algos import presets as PRESETS
+from objbench.experiments.config.errors import ConfigError
 
 
 def to_dict(cfg) -> dict:
@@ -62,6 +64,19 @@ def flat_dict(d: dict, prefix: str = "") -> dict:
         else:
             out[f"{prefix}{k}"] = v
     return out
+
+
+NAME_CHARS = re.compile(r"[A-Za-z0-9._=+-]+")
+
+
+def check_name(value: str, what: str) -> None:
+    """A run, arm or sweep name becomes a folder under out_dir: one path component of letters, digits and ._=+-, not
+    starting with a dot (``../x`` or ``/abs`` would write outside out_dir; ``.x`` would hide it). Raises ConfigError."""
+    if not isinstance(value, str) or not NAME_CHARS.fullmatch(value) or value.startswith("."):
+        bad = sorted(set(str(value)) - set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._=+-"))
+        why = f"characters {''.join(bad)!r} are not allowed" if bad else "it must not be empty or start with '.'"
+        raise ConfigError(f"{what}={value!r} is not a valid name ({why}): a name is one folder name of letters, "
+                          f"digits and . _ = + -")
 
 
 LOCATION_KEYS = ("out_dir",)  # where a run lives, not what it is: a moved folder still resumes

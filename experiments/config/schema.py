@@ -15,7 +15,7 @@ from objbench.algos.config import ObjectiveConfig
 from objbench.algos.groups import adaptive as adaptive_groups
 from objbench.algos.schedules import Schedule, TemperatureControl, check_temperature
 from objbench.experiments.config.errors import ConfigError
-from objbench.experiments.config.identity import added_later, default_run_name
+from objbench.experiments.config.identity import added_later, check_name, default_run_name
 from objbench.experiments.config.task import resolve_task
 
 
@@ -397,6 +397,8 @@ class TrainConfig:
 
     def __post_init__(self):
         _check_numbers(self)
+        if self.name:
+            check_name(self.name, "name")
         if self.seed < 0 or (self.data_seed is not None and self.data_seed < 0):
             raise ConfigError(f"seed and data_seed must be >= 0, got seed={self.seed}, data_seed={self.data_seed}")
         if self.rollout.completions_per_step > MAX_COMPLETIONS_PER_STEP:

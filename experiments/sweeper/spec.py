@@ -40,6 +40,7 @@ from typing import Any
 import yaml
 
 from objbench.experiments.config.errors import ConfigError
+from objbench.experiments.config.identity import check_name
 
 __all__ = ["RESOURCE_KEYS", "SPEC_KEYS", "SweepResources", "SweepSpec", "check_gpus_per_run", "load_spec"]
 
@@ -115,6 +116,7 @@ class SweepSpec:
             if value and not isinstance(value, str):
                 raise ConfigError(f"{path}: '{key}' must be a path, got {value!r}")
         object.__setattr__(self, "name", self.name or path.stem)
+        check_name(self.name, f"{path}: name")  # the sweep's folder under out_dir
         object.__setattr__(self, "base", self.base or None)
         imports = [self.imports] if isinstance(self.imports, str) else self.imports
         if not isinstance(imports, (list, tuple)) or not all(isinstance(i, str) and i.strip() for i in imports):
@@ -132,6 +134,8 @@ class SweepSpec:
             if not isinstance(over, dict):
                 raise ConfigError(f"{path}: arms.{arm} must be a mapping of overrides")
         labels = self.arm_labels
+        for label in labels:  # a run is <arm>__s<seed>: a folder under the sweep's
+            check_name(label, f"{path}: arm")
         if len(set(labels)) != len(labels):
             raise ConfigError(f"{path}: arm names collide: {labels}")
         from objbench.analysis.prereg import check_report_spec  # analysis.prereg documents the report: keys
