@@ -9,6 +9,8 @@ analysis. NumPy only; no torch.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 __all__ = ["pass_at_k"]
@@ -30,6 +32,8 @@ def pass_at_k(n, c, k):
         float (or float array): the probability that at least one of k samples drawn without replacement from
         the n is correct. 0 when c = 0; 1 when n - c < k.
     """
+    if type(n) is int and type(c) is int and type(k) is int:  # the loop's case: plain Python, the same float
+        return pass_at_k_int(n, c, k)
     n_arr, c_arr, k_arr = np.broadcast_arrays(np.asarray(n), np.asarray(c), np.asarray(k))
     for name, v in (("n", n_arr), ("c", c_arr), ("k", k_arr)):
         if not np.all(np.equal(np.mod(v, 1), 0)):
@@ -44,3 +48,15 @@ def pass_at_k(n, c, k):
         else:
             out[idx] = 1.0 - float(np.prod(1.0 - ki / np.arange(ni - ci + 1, ni + 1)))
     return float(out) if out.ndim == 0 else out
+
+
+def pass_at_k_int(n: int, c: int, k: int) -> float:
+    """``pass_at_k`` of three Python integers in plain Python: the same float64 product in the same order as the
+    array path (tests/test_harness_fastpaths.py compares every n <= 64), without NumPy's per-call overhead. The
+    training loop calls it for every group and k each step: NumPy's scalar operations cost ~2 ms a step there (the
+    toy step's regression after a0f9202, found by bisecting)."""
+    if not (1 <= k <= n and 0 <= c <= n):
+        raise ValueError(f"need 1 <= k <= n and 0 <= c <= n; got n={n}, c={c}, k={k}")
+    if n - c < k:
+        return 1.0
+    return 1.0 - math.prod(1.0 - k / i for i in range(n - c + 1, n + 1))

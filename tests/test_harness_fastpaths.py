@@ -343,3 +343,27 @@ def test_policy_loss_option_checks_are_remembered_only_for_combinations_that_pas
     with pytest.raises((ValueError, TypeError)):  # unhashable: the checks still run and complain
         algos.policy_loss(lp, old, adv, mask, eps_low=[0.1])
     assert len(calls) == 5
+
+
+def test_pass_at_k_on_integers_is_the_array_estimator_without_numpy_or_analysis():
+    """reward/pass@k is logged every step: the plain-Python path gives the array path's floats exactly, and a
+    training process never loads pandas or pyarrow (objbench.analysis) for it (the toy step's regression after
+    a0f9202: +85 MB RSS and ~2 ms a step of NumPy scalar operations)."""
+    import subprocess
+    import sys
+
+    import numpy as np
+
+    from objbench.envs.passk import pass_at_k, pass_at_k_int
+
+    for n in range(1, 65):
+        for c in range(n + 1):
+            for k in range(1, n + 1):
+                assert pass_at_k_int(n, c, k) == pass_at_k(np.int64(n), c, k) == pass_at_k(n, c, k), (n, c, k)
+    with pytest.raises(ValueError):
+        pass_at_k_int(4, 5, 2)
+    code = ("import sys; from objbench.experiments.run import step_metrics as m, train; "
+            "m.group_pass_at_k([1, 0, 0, 1, 1, 1, 0, 0], [4, 4]); "
+            "print(sorted({'pandas', 'pyarrow'} & set(sys.modules)))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
