@@ -13,6 +13,7 @@ On-disk contract (one sweep folder)::
         metrics.jsonl                 one object per training step: {"step", "tokens", "time", "<ns>/<key>": ...}
         eval.jsonl                    one object per evaluation: {"step", "tokens", "eval/<key>": ...}; step 0 = start
         done                          empty, written last; a folder without it is half-written
+        failed                        JSON (step, quantity, cause): a non-finite value stopped the run; never loaded
 
 A plain runs folder without sweep.json works too; ``path`` may also be a single run folder.
 
@@ -343,8 +344,20 @@ INCOMPLETE_HINT = "pass include_incomplete=True (objbench report --include-incom
 """How to load a run without a 'done' file, in the skip reason; the CLI shows only its flag."""
 
 
+def _failed_reason(d: Path) -> str:
+    """The step and quantity a failed run's ``failed`` file names (JSON written by the training loop)."""
+    try:
+        rec = json.loads((d / "failed").read_text())
+        return f"step {rec['step']}, {rec['quantity']} not finite"
+    except (OSError, ValueError, KeyError, TypeError):
+        return "see its meta.json"
+
+
 def _load_one(d: Path, include_incomplete: bool) -> tuple[dict | None, str | None]:
-    """Read one run folder -> (record, None) or (None, reason to skip)."""
+    """Read one run folder -> (record, None) or (None, reason to skip). A run that a non-finite value stopped (its
+    ``failed`` file) is never loaded, whatever include_incomplete says: it is listed with its reason instead."""
+    if (d / "failed").exists():
+        return None, f"failed: {_failed_reason(d)} (never averaged in)"
     complete = (d / "done").exists()
     if not complete and not include_incomplete:
         return None, f"no 'done' file (half-written run); {INCOMPLETE_HINT} to load it"

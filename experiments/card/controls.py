@@ -14,8 +14,8 @@ from typing import Sequence
 
 import pandas as pd
 
-from objbench.experiments.card.measures import Measure, format_score, seed_values
 from objbench.analysis.inference import permutation_test, t_interval
+from objbench.experiments.card.measures import Measure, format_score, seed_values
 
 VALIDATION_COLUMNS = ["measure", "diagnostic", "low", "high", "low_mean", "high_mean", "difference", "ci_low",
                       "ci_high", "p_permutation", "seeds", "validated", "card_seeds", "card_ci_low", "card_ci_high",

@@ -205,8 +205,8 @@ def write_card(runs, measures: Sequence[Measure], out: str | Path, *, source: di
     (:func:`card_source`) names the card, its settings, the command that ran it and its plug-ins; it is stored with
     the data. ``command`` is this invocation's (a re-score from data differs from the one that ran the runs);
     ``data_from`` is the folder of the data file ``runs`` were read from (None: run folders, whose data is written)."""
-    from objbench.experiments.card.figure import plot_card
     from objbench.analysis.plots import save_figure
+    from objbench.experiments.card.figure import plot_card
 
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)

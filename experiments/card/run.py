@@ -190,8 +190,8 @@ def prepare_card(overrides: list[str], *, imports: list[str] = (), out: str | No
 
 def run_card(job: CardJob, *, workers: int | None = None) -> Path:
     """Run (or resume) the card's sweep, then score it and write the card into ``job.out``; returns card.md."""
-    from objbench.experiments.card.report import card_source, write_card
     from objbench.analysis.load import load_runs
+    from objbench.experiments.card.report import card_source, write_card
 
     t0 = time.time()
     command = job.command or f"objbench card {job.name}"

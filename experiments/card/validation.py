@@ -109,9 +109,9 @@ def write_validation(runs, battery: Battery, v: Validation, out_dir: Path, *, co
                      data_from: str | Path | None = None) -> Path:
     """Score the control pairs of ``runs`` and write validation.md/.csv and the runs' data into ``out_dir``
     (``data_from``: the folder of the data file ``runs`` were read from, copied rather than rewritten)."""
-    from objbench.experiments.card.report import place_data, runs_line
-    from objbench.experiments.card.controls import render_validation, score_controls
     from objbench.analysis.provenance import format_seconds, git_state
+    from objbench.experiments.card.controls import render_validation, score_controls
+    from objbench.experiments.card.report import place_data, runs_line
 
     out_dir.mkdir(parents=True, exist_ok=True)
     runs = place_data(runs, out_dir, {"card_validation": v.path.name}, data_from)

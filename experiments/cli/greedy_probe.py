@@ -55,10 +55,10 @@ def _problem_stats(s, policy, problems, samples: int, seed: int) -> list[dict]:
 
 def probe_run(run_dir: Path, samples: int = 16, cache_dir=None) -> list[dict]:
     from objbench.experiments.config import build_task, load_config
+    from objbench.experiments.run.checkpoint import latest_checkpoint
     from objbench.experiments.run.setup import make_setup
     from objbench.experiments.run.warmstart import warm_start
     from objbench.rollout.bundle import char_codec
-    from objbench.experiments.run.checkpoint import latest_checkpoint
     from objbench.rollout.sft import load_policy
 
     cfg = load_config(run_dir / "config.yaml")

@@ -72,7 +72,7 @@ def _cmd_sweep(args) -> int:
     t0 = time.time()
     try:
         run_sweep(sw, workers=args.workers, executor=args.executor, command=command, report=not args.no_report,
-                  gpus_per_run=gpus, rerun_changed=args.rerun_changed)
+                  gpus_per_run=gpus, rerun_changed=args.rerun_changed, retry_failed=args.retry_failed)
     except SweepFailed as e:  # the failed runs and their errors are listed above and in failures.json
         print(f"objbench: sweep {sw.name}: {e}", file=sys.stderr)
         return 1
@@ -336,7 +336,10 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--rerun-changed", action="store_true",
                    help="when the sweep folder holds runs of an edited spec, move them to <sweep>/.replaced/"
                         "<timestamp>/ and run the new spec (without it such a sweep stops before any compute)")
-    s.add_argument("--dry-run", action="store_true", help="list the runs (new, resume, done or changed) and exit")
+    s.add_argument("--retry-failed", action="store_true",
+                   help="retry runs that a non-finite value stopped (their 'failed' file); without it they are "
+                        "counted as failed again and not rerun")
+    s.add_argument("--dry-run", action="store_true", help="list the runs (new, resume, done, failed or changed) and exit")
     s.add_argument("--no-report", action="store_true", help="skip report.md")
     s.add_argument("--print-config", default=None, metavar="RUN",
                    help="print the resolved config (YAML) of one run of the sweep and exit: a run name such as "
@@ -397,7 +400,7 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 def main(argv=None) -> int:
     from objbench.envs.reward_fns import RewardFnError  # light too
-    from objbench.experiments.config.errors import ConfigError, RunFolderError  # light: --help never imports torch
+    from objbench.experiments.config.errors import ConfigError, NonFiniteError, RunFolderError  # light: no torch
 
     args = parse_args(argv)
     try:
@@ -408,6 +411,9 @@ def main(argv=None) -> int:
     except RunFolderError as e:
         print(f"objbench: {e}", file=sys.stderr)
         return 2
+    except NonFiniteError as e:  # the run stopped before applying a NaN; its folder says so (meta.json, 'failed')
+        print(f"objbench: {e}", file=sys.stderr)
+        return 1
     except RewardFnError as e:  # a reward function raised, hung or died mid-run: the run stops, resumable
         print(f"objbench: {str(e).splitlines()[0]}", file=sys.stderr)
         return 1

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import re
 import json
+import re
 import typing
 from dataclasses import asdict, fields, is_dataclass
 from pathlib import Path

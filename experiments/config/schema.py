@@ -314,6 +314,10 @@ class LoopConfig:
     gradients are accumulated (policy, reference, critic), so memory grows with the micro-batch, not the batch.
     The loss normalisers stay global over the minibatch (algos.micro_batch_weights): the loss and gradient equal
     the unsplit minibatch's to rounding, for every aggregation mode. 0 = the whole minibatch in one pass"""
+    nan_policy: str = field(default="stop", metadata=added_later("stop"))
+    """what a non-finite reward, loss or gradient norm does: stop (the run ends failed before applying it, its last
+    good checkpoint kept, the reason in meta.json and a 'failed' file) | skip_step (that optimizer step is skipped:
+    weights, optimizer state and learning-rate schedule untouched; optim/nonfinite_skipped counts them)"""
 
     def __post_init__(self):
         _positive("train.steps", self.steps)
@@ -326,6 +330,7 @@ class LoopConfig:
         _positive("train.log_samples", self.log_samples, allow_zero=True)
         _positive("train.threads", self.threads, allow_zero=True)
         _positive("train.micro_batch_size", self.micro_batch_size, allow_zero=True)
+        _choice("train.nan_policy", self.nan_policy, ("stop", "skip_step"))
 
 
 @dataclass(frozen=True)

@@ -112,6 +112,8 @@ METRICS = {
     "optim/clip_active": "share of optimizer steps whose grad norm exceeded optim.grad_clip and was scaled down "
                          "(not logged when optim.grad_clip = 0)",
     "optim/steps": "optimizer steps this RL step (n_minibatches x n_epochs)",
+    "optim/nonfinite_skipped": "optimizer steps skipped this RL step because their loss, gradient norm or rewards "
+                               "were not finite (logged only with train.nan_policy=skip_step)",
     "optim/tokens": "response tokens that went through the policy update this RL step (x n_epochs)",
     "time/step": "seconds of this step; time/rollout and time/update split it",
     "time/{phase}": "seconds in a phase: sample, reward, reference, critic, advantages, forward, loss, backward, "

@@ -23,10 +23,11 @@ from objbench.experiments.config import (
 )
 from objbench.experiments.config.errors import RunFolderError
 from objbench.experiments.run.checkpoint import latest_checkpoint
+from objbench.experiments.run.nonfinite import FAILED_FILE
 
 
 def run_status(cfg: TrainConfig) -> tuple[Path, str]:
-    """(run_dir, status) with status in new|resume|done, writing nothing.
+    """(run_dir, status) with status in new|resume|done|failed (a non-finite value stopped it), writing nothing.
 
     A folder that holds a different resolved config is never overwritten: that is an error.
     """
@@ -49,6 +50,8 @@ def run_status(cfg: TrainConfig) -> tuple[Path, str]:
                 "choose another name= or out_dir=, or delete that folder yourself")
         if (run_dir / "done").exists():
             return run_dir, "done"
+        if (run_dir / FAILED_FILE).exists():
+            return run_dir, "failed"
         return run_dir, "resume"
     return run_dir, "new"
 

@@ -34,6 +34,7 @@ import torch
 from transformers.utils import logging as _hf_logging
 
 from objbench.experiments.config import TrainConfig, check_model
+from objbench.experiments.config.errors import RunFolderError, one_line
 from objbench.experiments.config.plugins import resume_warning
 from objbench.experiments.run.batch import Batch
 from objbench.experiments.run.checkpoint import (
@@ -44,6 +45,7 @@ from objbench.experiments.run.collect import collect
 from objbench.experiments.run.evaluate import evaluate
 from objbench.experiments.run.logs import JsonlWriter, RunLogs
 from objbench.experiments.run.loop_state import LoopState
+from objbench.experiments.run.nonfinite import FAILED_FILE, NonFiniteError, all_finite, failed_record, mark_failed
 from objbench.experiments.run.progress import LineProgress, eval_line, progress_bar
 from objbench.experiments.run.provenance import (
     peak_rss_mb,
@@ -88,6 +90,9 @@ def _train(cfg: TrainConfig, *, progress: bool, cache_dir, meta_extra: dict | No
         if progress:
             print(f"{run_dir}: already finished (delete its 'done' file to rerun)")
         return run_dir
+    if status == "failed":
+        raise RunFolderError(f"{run_dir} failed earlier ({failed_record(run_dir).get('error', 'see meta.json')}); "
+                             f"delete {run_dir / FAILED_FILE} to retry it from its last checkpoint")
     # the start policy first: a bad model, data file or warm start fails before any run folder is written
     s = build_setup(cfg, cache_dir)
     run_dir, status = prepare_run_dir(cfg)
@@ -101,6 +106,13 @@ def _train(cfg: TrainConfig, *, progress: bool, cache_dir, meta_extra: dict | No
     (run_dir / "meta.json").write_text(json.dumps(meta, indent=1, default=str))
     try:
         run_loop(s, run_dir, state, opt, critic_opt, meta, progress, after_step)
+    except NonFiniteError as e:
+        mark_failed(run_dir, meta, e)
+        raise
+    except Exception as e:  # the folder says why the run stopped (it stays resumable)
+        meta["error"] = {"step": state.step + 1, "error": one_line(e)}
+        (run_dir / "meta.json").write_text(json.dumps(meta, indent=1, default=str))
+        raise
     finally:
         if s.reward_fns is not None:
             s.reward_fns.close()
@@ -217,6 +229,8 @@ def train_step(s: Setup, state: LoopState, opt, critic_opt) -> tuple[dict, Batch
         train_b, all_b, cm = collect(s, step, state)
     t1 = time.perf_counter()
     m = {**rollout_metrics(all_b, s.task, s.cfg.objective.group_size), **cm, **sched}
+    if train_b is not None and not all_finite(all_b.rewards):
+        train_b = skip_or_stop(s, step, "reward", m)
     if train_b is not None:
         m.update(update(s, train_b, opt, critic_opt, step))
         s.engine.sync_weights(s.policy)  # the next rollout (and evaluation) samples from the updated weights
@@ -236,3 +250,12 @@ def train_step(s: Setup, state: LoopState, opt, critic_opt) -> tuple[dict, Batch
         row["mem/gpu_peak_mb"] = torch.cuda.max_memory_allocated(s.device) / 2 ** 20
     row.update({f"time/{k}": v - phases_before.get(k, 0.0) for k, v in s.timers.items()})
     return row, all_b
+
+
+def skip_or_stop(s: Setup, step: int, quantity: str, m: dict):
+    """A non-finite quantity before the update: raise NonFiniteError (train.nan_policy=stop) or skip the step's whole
+    update (skip_step; every optimizer step of it counted as skipped). Returns the batch to train on (None)."""
+    if s.cfg.train.nan_policy == "stop":
+        raise NonFiniteError(step, quantity)
+    m["optim/nonfinite_skipped"] = s.cfg.objective.n_epochs * s.cfg.objective.n_minibatches
+    return None

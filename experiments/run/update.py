@@ -21,6 +21,7 @@ from objbench.algos import filters as F
 from objbench.experiments.run.batch import Batch
 from objbench.experiments.run.diagnostics import MinibatchView, StepView, exact_kl_wanted
 from objbench.experiments.run.metrics import reduce, rename
+from objbench.experiments.run.nonfinite import NonFiniteError, all_finite
 from objbench.experiments.run.rng import step_generator
 from objbench.experiments.run.setup import Setup, timed
 from objbench.rollout.scoring import Scored, row_blocks, score, score_blocks, score_values, score_values_blocks
@@ -51,7 +52,7 @@ def update(s: Setup, b: Batch, opt, critic_opt, step: int) -> dict:
             # one minibatch; with one, the whole batch itself (the same values an index of arange(B) copies out)
             pick = operator.itemgetter(perm[j * mb:(j + 1) * mb]) if perm is not None else _itself  # x -> rows of x
             mbatch = Minibatch(b, pick, pick(mask), pick(gen_mask), ref, values, pick(adv), returns, max_len,
-                               first_pass=epoch == 0)
+                               first_pass=epoch == 0, step=step)
             metrics, vals = optimizer_step(s, mbatch, opt, critic_opt)
             with torch.no_grad(), timed(s, "metrics"):
                 heard = {}
@@ -66,6 +67,8 @@ def update(s: Setup, b: Batch, opt, critic_opt, step: int) -> dict:
                 per_step[k].append(v)
     for k, v in per_step.items():
         m[k] = reduce(k, v)
+    if "optim/nonfinite_skipped" in per_step:  # a count, not a mean
+        m["optim/nonfinite_skipped"] = sum(per_step["optim/nonfinite_skipped"])
     for listener in listeners:
         m.update(listener.finish())
     m["optim/steps"] = len(per_step["optim/grad_norm"])
@@ -136,6 +139,7 @@ class Minibatch:
     returns: torch.Tensor | None
     max_len: int
     first_pass: bool
+    step: int = 0             # the RL step (for the non-finite check's message)
 
     def view(self, scores: Scored) -> MinibatchView:
         ref = None
@@ -147,21 +151,38 @@ class Minibatch:
 
 def optimizer_step(s: Setup, mb: Minibatch, opt, critic_opt) -> tuple[dict, Scored]:
     """Forward, loss, backward and a clipped optimizer step on one minibatch (then the critic's). Returns (the
-    loss metrics as 0-dim tensors, the forward's detached scores)."""
+    loss metrics as 0-dim tensors, the forward's detached scores). A non-finite loss or gradient norm is never
+    applied (train.nan_policy: the run stops, or this optimizer step is skipped)."""
     want_logits = mb.first_pass and mb.ref is not None and exact_kl(s)
     lm, vals = policy_backward(s, mb, opt, want_logits)
     with timed(s, "optimizer"):
         gn = torch.nn.utils.clip_grad_norm_(s.policy_params, s.cfg.optim.grad_clip or float("inf"))
         lr = opt.param_groups[0]["lr"]  # the learning rate this update uses
-        opt.step()
-        if s.lr_schedule is not None:
-            s.lr_schedule.step()
+        applied = apply_if_finite(s, mb.step, opt, gn, lm.get("loss"), "loss", s.lr_schedule)
     metrics = {"optim/grad_norm": gn, **rename(lm)}  # 0-dim tensors: read with one sync by the caller
     if s.lr_schedule is not None:
         metrics["optim/lr"] = lr  # averaged over the step's updates, like optim/grad_norm
+    if s.cfg.train.nan_policy == "skip_step":
+        metrics["optim/nonfinite_skipped"] = float(not applied)
     if critic_opt is not None:
         metrics.update(critic_step(s, mb, critic_opt))
     return metrics, vals
+
+
+def apply_if_finite(s: Setup, step: int, opt, grad_norm, loss, quantity: str, schedule=None) -> bool:
+    """opt.step() (and the schedule's) when the loss and the gradient norm are finite (one read for both); otherwise
+    raise NonFiniteError (train.nan_policy=stop) or drop the gradients and leave weights, optimizer state and
+    schedule as they are (skip_step). Returns whether the step was applied."""
+    if not all_finite(grad_norm, loss):
+        if s.cfg.train.nan_policy == "stop":
+            bad_loss = loss is not None and not all_finite(loss)
+            raise NonFiniteError(step, quantity if bad_loss or quantity != "loss" else "grad_norm")
+        opt.zero_grad(set_to_none=True)
+        return False
+    opt.step()
+    if schedule is not None:
+        schedule.step()
+    return True
 
 
 def policy_loss(s: Setup, mb: Minibatch, sc: Scored, rows: slice | None = None):
@@ -227,8 +248,8 @@ def critic_step(s: Setup, mb: Minibatch, critic_opt) -> dict:
     """The critic's value-loss step on the minibatch (GAE and hybrid estimators)."""
     with timed(s, "critic"):
         vm = value_backward(s, mb, critic_opt)
-        torch.nn.utils.clip_grad_norm_(s.critic.parameters(), s.cfg.optim.grad_clip or float("inf"))
-        critic_opt.step()
+        gn = torch.nn.utils.clip_grad_norm_(s.critic.parameters(), s.cfg.optim.grad_clip or float("inf"))
+        apply_if_finite(s, mb.step, critic_opt, gn, vm.get("value_loss"), "value_loss")
     return rename(vm)
 
 

@@ -63,8 +63,12 @@ import torch
 from objbench.analysis.studies.kl_config import MIN_BIN_TOKENS, Args
 from objbench.analysis.studies.kl_report import git_commit, md, save_token_bins_figure, write_readme, write_tables
 from objbench.analysis.studies.kl_verdicts import verdicts
-from objbench.experiments.studies.kl_gradients import (categorical_gradients, mc_gradients, sequence_gradients,
-                                                       summarise_sequence)
+from objbench.experiments.studies.kl_gradients import (
+    categorical_gradients,
+    mc_gradients,
+    sequence_gradients,
+    summarise_sequence,
+)
 from objbench.experiments.studies.kl_tokens import bin_tokens, gaussian_table, load_reference, token_study
 
 

@@ -42,6 +42,7 @@ import sys
 from pathlib import Path
 
 from objbench.experiments.config import ConfigError
+from objbench.experiments.run.nonfinite import FAILED_FILE, failed_record
 from objbench.experiments.run.progress import progress_bar
 from objbench.experiments.sweeper.existing import check_existing, conflict_message, set_aside
 from objbench.experiments.sweeper.jobs import (
@@ -120,8 +121,10 @@ def write_sweep_files(sw: Sweep, command: str):
 
 
 def run_sweep(sw: Sweep, *, workers: int | None = None, executor: str = "local", command: str = "",
-              report: bool = True, gpus_per_run: float | None = None, rerun_changed: bool = False) -> Path:
-    """Run every unfinished run of ``sw``, then write its report; returns the sweep folder.
+              report: bool = True, gpus_per_run: float | None = None, rerun_changed: bool = False,
+              retry_failed: bool = False) -> Path:
+    """Run every unfinished run of ``sw``, then write its report; returns the sweep folder. A run that stopped on a
+    non-finite value (its ``failed`` file) is counted as failed again, not retried, unless ``retry_failed``.
 
     Raises ConfigError (before anything is written) when the sweep folder holds runs of an edited spec and
     ``rerun_changed`` is off, and SweepFailed (after the report) when some runs failed.
@@ -131,13 +134,13 @@ def run_sweep(sw: Sweep, *, workers: int | None = None, executor: str = "local",
         raise ConfigError(conflict_message(sw, conflicts))
     ray, ray_started = ray_connect() if executor == "ray" else (None, False)
     try:
-        return _run_sweep(sw, ray, workers, command, report, gpus_per_run, conflicts)
+        return _run_sweep(sw, ray, workers, command, report, gpus_per_run, conflicts, retry_failed)
     finally:
         if ray_started:
             ray.shutdown()
 
 
-def _run_sweep(sw: Sweep, ray, workers, command, report, gpus_per_run, conflicts) -> Path:
+def _run_sweep(sw: Sweep, ray, workers, command, report, gpus_per_run, conflicts, retry_failed=False) -> Path:
     if ray is not None:
         gpus = resolve_gpus(sw, gpus_per_run, ray.cluster_resources().get("GPU", 0) > 0)
     else:
@@ -157,6 +160,7 @@ def _run_sweep(sw: Sweep, ray, workers, command, report, gpus_per_run, conflicts
     write_sweep_files(sw, command or f"objbench sweep {sw.path}")
     (sw.sweep_dir / "failures.json").unlink(missing_ok=True)  # it described an earlier attempt
     todo = [r for r in sw.runs if not (sw.sweep_dir / r.cfg.run_name / "done").exists()]
+    todo, failed_before = split_failed(sw, todo, retry_failed)
     # seed by seed (every arm of seed 0, then of seed 1, ...): a sweep cut off part-way, or run in parts, leaves
     # whole seeds, which the seed-paired comparisons can use
     todo.sort(key=lambda r: sw.seeds.index(r.seed))
@@ -166,14 +170,14 @@ def _run_sweep(sw: Sweep, ray, workers, command, report, gpus_per_run, conflicts
     print(f"sweep {sw.name}: {len(sw.runs)} runs ({len(sw.arms)} arms x {len(sw.seeds)} seeds), "
           f"{n_done} already finished; {where} x {threads} thread(s), {gpus:g} GPU(s) per run -> {sw.sweep_dir}",
           flush=True)
-    failures = []
+    failures = failed_before
     if todo:
         bar = progress_bar(len(todo), f"sweep {sw.name}", "run")
         try:
             if ray is not None:
-                failures = run_ray(ray, sw, todo, threads, gpus, bar)
+                failures += run_ray(ray, sw, todo, threads, gpus, bar)
             else:
-                failures = _run_local(sw, todo, workers, threads, slots, bar)
+                failures += _run_local(sw, todo, workers, threads, slots, bar)
         finally:
             bar.close()
     if failures:
@@ -245,17 +249,20 @@ def _run_local(sw: Sweep, todo: list[RunSpec], workers: int, threads: int, slots
 # Ray
 
 
-
-
-
-
-
-
-
-
-
-
-
-
-
-
+def split_failed(sw: Sweep, todo: list[RunSpec], retry_failed: bool) -> tuple[list[RunSpec], list[dict]]:
+    """(the runs to run, the failure records of runs a non-finite value stopped before): those are not retried
+    (the same seed fails the same way) unless ``retry_failed``, which clears their ``failed`` files."""
+    failed = []
+    for r in todo:
+        record = failed_record(sw.sweep_dir / r.cfg.run_name)
+        if record is None:
+            continue
+        if retry_failed:
+            (sw.sweep_dir / r.cfg.run_name / FAILED_FILE).unlink()
+            print(f"sweep {sw.name}: retrying {r.cfg.run_name}, which had failed ({record.get('error', '')})", flush=True)
+        else:
+            failed.append((r, record))
+    kept = {id(r) for r, _ in failed}
+    records = [failure_record(sw, r, f"failed earlier, not retried (--retry-failed retries it): "
+                                     f"{record.get('error', '')}", "") for r, record in failed]
+    return [r for r in todo if id(r) not in kept], records
