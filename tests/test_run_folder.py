@@ -1,6 +1,8 @@
 """The run folder across objbench versions (a config.yaml written before a setting existed) and default run names
 that never let two different configurations share a folder."""
 
+import json
+
 import pytest
 import yaml
 
@@ -123,3 +125,21 @@ def test_a_sweep_arm_or_sweep_name_that_is_not_a_folder_name_is_refused(tmp_path
     with pytest.raises(ConfigError, match="not a valid name"):
         load_sweep(tmp_path / "t.yaml", out_dir=str(tmp_path / "out"))
     assert not (tmp_path / "out").exists()
+
+
+# ------------------------------------------------------------------------------------------ damaged log lines
+def test_a_resume_refuses_a_hand_damaged_log_line_and_says_when_it_drops_a_torn_last_line(tmp_path):
+    from objbench.experiments.run.logs import JsonlWriter
+
+    rows = [json.dumps({"step": i, "x": i}) for i in range(1, 5)]
+    log = tmp_path / "metrics.jsonl"
+    damaged = "\n".join([rows[0], '{"step": 2, "x": 2', *rows[2:]]) + "\n"  # line 2 broken, not the last
+    log.write_text(damaged)
+    with pytest.raises(RunFolderError, match="line 2 is not valid JSON"):
+        JsonlWriter.truncate_after(log, 3)
+    assert log.read_text() == damaged  # left as it was
+    log.write_text("\n".join(rows) + '\n{"step": 5, "x"')  # a crash mid-write: the last line torn
+    note = JsonlWriter.truncate_after(log, 3)
+    assert "dropped its last line" in note
+    assert [json.loads(line)["step"] for line in log.read_text().splitlines()] == [1, 2, 3]
+    assert JsonlWriter.truncate_after(log, 3) is None  # nothing to say the second time

@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 
 from objbench.experiments.config import ConfigError, TrainConfig, to_dict
+from objbench.experiments.config.errors import RunFolderError
 
 
 class JsonlWriter:
@@ -25,20 +26,32 @@ class JsonlWriter:
         self.fh.close()
 
     @staticmethod
-    def truncate_after(path: Path, step: int):
+    def truncate_after(path: Path, step: int) -> str | None:
+        """Drop the rows logged after ``step`` (a resume from its checkpoint). A last line cut off by a crash is
+        dropped too, and said (the returned note); a damaged line before the last one is no crash's doing, so the
+        file is left as it is and RunFolderError names the line."""
         if not path.exists():
-            return
-        keep = []
-        for line in path.read_text().splitlines():
+            return None
+        lines = path.read_text().splitlines()
+        last = max((i for i, line in enumerate(lines) if line.strip()), default=-1)
+        keep, note = [], None
+        for i, line in enumerate(lines):
+            if not line.strip():
+                continue
             try:
                 row = json.loads(line)
             except json.JSONDecodeError:
-                continue  # a line cut off by a crash
+                if i != last:
+                    raise RunFolderError(f"{path}: line {i + 1} is not valid JSON (edited by hand?); the resume "
+                                         f"would drop it: repair or remove that line, then run again") from None
+                note = f"{path}: dropped its last line, cut off by the crash ({len(line)} characters)"
+                continue
             if row.get("step", 0) <= step:
                 keep.append(line)
         tmp = path.with_suffix(path.suffix + ".tmp")
-        tmp.write_text("".join(l + "\n" for l in keep))
+        tmp.write_text("".join(line + "\n" for line in keep))
         os.replace(tmp, path)
+        return note
 
 
 def wandb_mode() -> str | None:

@@ -155,7 +155,8 @@ def start_state(run_dir: Path, s: Setup, opt, critic_opt, resume: bool) -> LoopS
             (run_dir / name).unlink(missing_ok=True)
         return LoopState()
     for name in RUN_FILES:
-        JsonlWriter.truncate_after(run_dir / name, state.step)
+        if note := JsonlWriter.truncate_after(run_dir / name, state.step):
+            print(note, file=sys.stderr)
     s.engine.sync_weights(s.policy)  # the engine was built from the warm start, the policy is the checkpoint's
     return state
 
