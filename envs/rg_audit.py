@@ -126,8 +126,8 @@ _CONTAINERS = (list, tuple, set, frozenset, dict)
 SCAN_BLIND_SPOTS = (
     "calls through objects it cannot resolve statically (parameters, data, results of calls, attributes of "
     "instances of unknown type: an unresolved method call is followed only to methods of that name in the same "
-    "module), names looked up with computed strings outside builtins and the sink modules, code outside "
-    "reasoning_gym (libraries, C extensions), and functions whose source cannot be read"
+    "module; instance attributes set other than by self.x = ... or setattr), names looked up with computed "
+    "strings outside builtins and the sink modules, code outside reasoning_gym, and sources it cannot read"
 )
 """What `scorer_sinks` cannot see: the caveat printed when its scan is the only guard."""
 
