@@ -543,8 +543,8 @@ def report_scan(dataset: str) -> str | None:
     sinks = scorer_sinks(DATASETS[dataset][0]) if dataset in DATASETS else []
     found = f"finds {len(sinks)} call(s) that may evaluate text ({'; '.join(sinks[:2])})" if sinks else \
         "finds nothing that evaluates text"
-    text = (f"objbench: reasoning-gym {version} is not the audited {PINNED_VERSION}: a static scan of data set "
-            f"{dataset!r}'s scorer {found}. That scan is the only guard on this version; it cannot see "
+    text = (f"objbench: reasoning-gym {version} is not the audited {PINNED_VERSION}: a static scan of the scorer "
+            f"of data set {dataset!r} {found}. That scan is the only guard on this version; it cannot see "
             f"{SCAN_BLIND_SPOTS}")
     print(text, file=sys.stderr)
     return text
