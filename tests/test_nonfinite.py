@@ -8,6 +8,9 @@ checkpoint weights, is in tests/test_checkpoint.py)."""
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -43,6 +46,13 @@ def _cache(tmp_path_factory, monkeypatch):
     monkeypatch.setenv("OBJBENCH_CACHE", str(tmp_path_factory.getbasetemp() / "cache"))
 
 
+def objbench(*args: str) -> subprocess.CompletedProcess:
+    """The command line in a process of its own: a plug-in registers into this process's registries for good, and
+    every later run of the test session would list it in its meta.json."""
+    return subprocess.run([sys.executable, "-m", "objbench", *args], capture_output=True, text=True, timeout=600,
+                          env=os.environ.copy())
+
+
 def _rows(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
 
@@ -55,12 +65,12 @@ def nan_plugin(tmp_path_factory) -> Path:
     return plug
 
 
-def test_a_nan_loss_stops_the_run_failed_with_the_reason(tmp_path, capsys, nan_plugin):
-    plug = nan_plugin
-    code = main(["train", "--quiet", "--import", str(plug), *FAST, f"out_dir={tmp_path}", "name=n",
-                 "objective.ratio.surrogate=nan_at_one"])
-    assert code == 1
-    assert "step 1: loss is not finite" in capsys.readouterr().err
+def test_a_nan_loss_stops_the_run_failed_with_the_reason(tmp_path, nan_plugin):
+    args = ["train", "--quiet", "--import", str(nan_plugin), *FAST, f"out_dir={tmp_path}", "name=n",
+            "objective.ratio.surrogate=nan_at_one"]
+    p = objbench(*args)
+    assert p.returncode == 1, p.stderr[-2000:]
+    assert "step 1: loss is not finite" in p.stderr
     run = tmp_path / "n"
     assert not (run / "done").exists() and (run / "failed").exists()
     failed = json.loads((run / "meta.json").read_text())["failed"]
@@ -68,15 +78,14 @@ def test_a_nan_loss_stops_the_run_failed_with_the_reason(tmp_path, capsys, nan_p
     assert json.loads((run / "failed").read_text())["quantity"] == "loss"
     assert _rows(run / "metrics.jsonl") == []  # the step was never applied, so never logged
     # the same command again does not silently rerun it
-    assert main(["train", "--quiet", "--import", str(plug), *FAST, f"out_dir={tmp_path}", "name=n",
-                 "objective.ratio.surrogate=nan_at_one"]) == 2
-    assert "failed earlier" in capsys.readouterr().err
+    p = objbench(*args)
+    assert p.returncode == 2 and "failed earlier" in p.stderr
 
 
 def test_skip_step_leaves_the_weights_and_counts_the_skipped_steps(tmp_path, nan_plugin):
-    plug = nan_plugin
-    assert main(["train", "--quiet", "--import", str(plug), *FAST, f"out_dir={tmp_path}", "name=s",
-                 "objective.ratio.surrogate=nan_at_one", "train.nan_policy=skip_step"]) == 0
+    p = objbench("train", "--quiet", "--import", str(nan_plugin), *FAST, f"out_dir={tmp_path}", "name=s",
+                 "objective.ratio.surrogate=nan_at_one", "train.nan_policy=skip_step")
+    assert p.returncode == 0, p.stderr[-2000:]
     run = tmp_path / "s"
     assert (run / "done").exists()
     rows = _rows(run / "metrics.jsonl")
@@ -95,24 +104,22 @@ def test_a_reward_sum_that_overflows_stops_the_run(tmp_path):
     assert failed["step"] == 1 and failed["quantity"] == "reward"
 
 
-def test_a_sweep_counts_a_failed_run_lists_it_apart_and_does_not_retry_it(tmp_path, capsys, nan_plugin):
-    plug = nan_plugin
-    spec = {"name": "sw", "seeds": 1, "imports": [str(plug)], "set": dict(a.split("=", 1) for a in FAST),
+def test_a_sweep_counts_a_failed_run_lists_it_apart_and_does_not_retry_it(tmp_path, nan_plugin):
+    spec = {"name": "sw", "seeds": 1, "imports": [str(nan_plugin)], "set": dict(a.split("=", 1) for a in FAST),
             "arms": {"grpo": {"objective": "grpo"},
                      "nan": {"objective": "grpo", "objective.ratio.surrogate": "nan_at_one"}}}
     path = tmp_path / "sw.yaml"
     path.write_text(yaml.safe_dump(spec))
     args = ["sweep", str(path), "--out", str(tmp_path / "out"), "--workers", "1"]
-    assert main(args) == 1
+    assert objbench(*args).returncode == 1
     sweep = tmp_path / "out" / "sw"
     assert (sweep / "grpo__s0" / "done").exists() and (sweep / "nan__s0" / "failed").exists()
     report = (sweep / "report" / "report.md").read_text()
     assert "`nan__s0`: failed: step 1, loss not finite (never averaged in)" in report
     assert json.loads((sweep / "failures.json").read_text())[0]["run"] == "nan__s0"
     before = (sweep / "nan__s0" / "meta.json").read_text()
-    capsys.readouterr()
-    assert main(args) == 1  # counted as failed again, not rerun
-    out = capsys.readouterr().out
-    assert "not retried" in out and (sweep / "nan__s0" / "meta.json").read_text() == before
-    assert main([*args, "--retry-failed"]) == 1  # retried (and fails the same way again)
-    assert "retrying nan__s0" in capsys.readouterr().out
+    p = objbench(*args)  # counted as failed again, not rerun
+    assert p.returncode == 1 and "not retried" in p.stdout
+    assert (sweep / "nan__s0" / "meta.json").read_text() == before
+    p = objbench(*args, "--retry-failed")  # retried (and fails the same way again)
+    assert p.returncode == 1 and "retrying nan__s0" in p.stdout

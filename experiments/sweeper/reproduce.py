@@ -102,7 +102,7 @@ def reproduce(data: str | Path, run: str, *, spec: str | Path | None = None, wor
     from objbench.analysis.load import load_runs
     from objbench.experiments.run.provenance import cpu_signature
     from objbench.experiments.run.train import train
-    from objbench.experiments.sweeper.sweep import load_sweep
+    from objbench.experiments.sweeper.plan import load_sweep
 
     runs = read_data(data)
     meta = runs.meta
