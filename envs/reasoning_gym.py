@@ -452,7 +452,8 @@ class ReasoningGymTask(Task):
             self._start()
             reply = score(
                 {"op": "score", "dataset": cfg.dataset, "args": cfg.dataset_args, "seed": key[0], "size": key[1],
-                 "index": key[2], "qhash": key[3], "answer": answer, "timeout_s": cfg.scorer_timeout_s},
+                 "index": key[2], "qhash": key[3], "answer": answer, "timeout_s": cfg.scorer_timeout_s,
+                 "one_shot": self.unsafe_scorer},  # an evaluating scorer: a fresh process per call
                 cfg.scorer_timeout_s,
             )
             result = self._result(reply)

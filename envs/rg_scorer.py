@@ -16,11 +16,15 @@ import os
 import sys
 
 from .sandbox import SandboxError, SandboxSpec, SandboxTimeout, shared_client
+from .sandbox_user import unused_id
 
 WORKER_MEMORY_BYTES = 2 << 30
 """RLIMIT_AS of the scorer worker (it needs ~200 MB of address space after importing reasoning-gym)."""
 WORKER_FILE_BYTES = 64 << 20
 """RLIMIT_FSIZE of the scorer worker: the largest file it may write (its log; whatever an evaluated answer writes)."""
+WORKER_PROCESSES = 64
+"""RLIMIT_NPROC of a scoring child: the processes (threads included) of the sandbox's uid when root; without root,
+this many above the user's processes at the worker's start (envs/sandbox_server.py's process_bound)."""
 STARTUP_TIMEOUT_S = 120.0
 """Seconds a call waits for a starting worker (import of reasoning-gym and sympy: ~2 s)."""
 BUILD_TIMEOUT_S = 120.0
@@ -52,11 +56,21 @@ def scorer_env(workdir: str) -> dict[str, str]:
 
 
 def _scorer_spec() -> SandboxSpec:
+    """The worker's spec, read at each start: a fresh unused uid each time (when root)."""
+    uid = unused_id()
     settings = {"sys_path": [p for p in sys.path if p and os.path.isabs(p)], "memory_bytes": WORKER_MEMORY_BYTES,
-                "file_bytes": WORKER_FILE_BYTES}
+                "file_bytes": WORKER_FILE_BYTES,
+                "one_shot": {"uid": uid, "gid": uid, "max_processes": WORKER_PROCESSES}}
     return SandboxSpec(job=_WORKER_PATH, settings=settings, name="reasoning-gym scorer worker",
-                       python_flags=("-s", "-B"), folder="objbench-rg-scorer-", env=scorer_env, output="log",
+                       python_flags=("-s", "-B"), folder="objbench-rg-scorer-",
+                       folder_owner=(uid, uid) if uid is not None else None, env=scorer_env, output="log",
                        start_warning="answers score 0 with reason 'timeout'", startup_timeout_s=STARTUP_TIMEOUT_S)
+
+
+def sandbox_uid() -> int | None:
+    """The uid the running worker's scoring children take (None: this process's own, or no worker yet)."""
+    spec = _WORKER.spec
+    return spec.settings["one_shot"]["uid"] if spec is not None and _WORKER.running else None
 
 
 _WORKER = shared_client(_scorer_spec)
