@@ -119,17 +119,22 @@ RESULT_BYTES = 1 << 16
 """The most bytes of a one-shot child's result the server reads."""
 TRAINER_HEADROOM = 256
 """Without root: processes of the user's own limit that a one-shot child's processes may never take."""
-_PR_SET_CHILD_SUBREAPER = 36
+_PR_SET_DUMPABLE, _PR_SET_CHILD_SUBREAPER = 4, 36
 
 
-def become_subreaper() -> bool:
-    """Make orphaned descendants of this process its children again (Linux prctl); False where that failed."""
+def prctl(option: int, value: int) -> bool:
+    """Linux prctl(option, value); False where that failed (another system)."""
     try:
         import ctypes
 
-        return ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
+        return ctypes.CDLL(None, use_errno=True).prctl(option, value, 0, 0, 0) == 0
     except (OSError, AttributeError):
         return False
+
+
+def become_subreaper() -> bool:
+    """Make orphaned descendants of this process its children again; False where that failed."""
+    return prctl(_PR_SET_CHILD_SUBREAPER, 1)
 
 
 def user_tasks(uid: int) -> int:
@@ -270,9 +275,9 @@ def _run_child(w: int, fn, args) -> None:
 
 
 def one_shot(fn, *args) -> dict | None:
-    """fn(*args) in a fresh child that reaches nothing but its own result (module docstring): the first JSON object
-    it wrote, or None when it wrote none (it died: a signal, RLIMIT_CPU, an exit of its own). Whatever it left
-    running is swept before this returns."""
+    """fn(*args) in a fresh child that reaches nothing but its own result (module docstring): the JSON object of the
+    first line it wrote, or None when it wrote none (it died: a signal, RLIMIT_CPU, an exit of its own). Whatever it
+    left running is swept before this returns."""
     r, w = os.pipe()
     pid = os.fork()
     if pid == 0:
@@ -280,7 +285,7 @@ def one_shot(fn, *args) -> dict | None:
     os.close(w)
     data = b""
     try:
-        while len(data) < RESULT_BYTES:
+        while b"\n" not in data and len(data) < RESULT_BYTES:  # one line (a process it left may hold the pipe)
             chunk = os.read(r, RESULT_BYTES)
             if not chunk:
                 break
@@ -389,6 +394,7 @@ def main() -> None:
     if settings.get("one_shot"):
         ONE_SHOT.update(settings["one_shot"], nproc=process_bound(settings["one_shot"]))
         ONE_SHOT["subreaper"] = become_subreaper()
+        prctl(_PR_SET_DUMPABLE, 0)  # (inherited by forks) /proc/<pid>/fd and ptrace closed to a child of our uid
     job = load_job(job_path)
     job.one_shot = one_shot
     context = job.warm(settings) if hasattr(job, "warm") else settings
