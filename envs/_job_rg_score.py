@@ -5,24 +5,25 @@ objbench.
 
 Requests (strings are \\u-escaped on the wire, so NUL bytes and lone surrogates travel intact):
 - {"op": "score", "dataset": name, "args": {...}, "seed": s, "size": k, "index": i, "qhash": h, "answer": str,
-  "timeout_s": t, "one_shot": bool (default true: score in a one-shot child; false: in the server itself)} -> {"phase": "built"} once the entry is rebuilt (trusted generator code: the client waits for this
-  under a long bound), then {"score": x} with x a float in [0, 1], or {"error": "mismatch"} when the rebuilt entry's
-  question hash is not `qhash` (the generator is not deterministic in this process), or {"error": "build: ..."}
-  when the entry cannot be built;
-  or {"timeout": true} when the child wrote no score (it died: RLIMIT_CPU, a signal, an exit of its own);
+  "timeout_s": t, "one_shot": b} -> {"phase": "built"} once the entry is rebuilt (trusted generator code: the
+  client waits for this under a long bound), then {"score": x} with x a float in [0, 1], or {"timeout": true} when
+  a one-shot child wrote no score (it died: RLIMIT_CPU, a signal, an exit of its own), or {"error": "mismatch"}
+  when the rebuilt entry's question hash is not `qhash` (the generator is not deterministic in this process), or
+  {"error": "build: ..."} when the entry cannot be built. "one_shot" (default true): score in a one-shot child;
+  false (a scorer that does not evaluate the answer): in the server itself, on a deep copy of the entry;
 - {"op": "probe"} -> {"env": {...}, "cwd": ..., "pid": ..., "limits": {...}, "sys_path": [...], "child": {...}}
   (for tests; "child": what a one-shot child sees: its uid, gid, groups, limits, open descriptors).
 
 The entry is rebuilt here from (dataset, args, seed, size, index) with the same generator the parent used, never
 received: nothing the parent sends is unpickled or executed except by the scorer the parent chose.
 
-Each score_answer call of a request with "one_shot" runs in a one-shot child of the server (`one_shot`, envs/sandbox_server.py): a fresh process
-whose only open descriptor is a private pipe for its one result, under the sandbox's own uid when the worker runs as
-root (with RLIMIT_NPROC); the server attaches the request id, so an evaluated answer cannot reply for any other
-request, and whatever it starts is killed before the next request is read. The entry is rebuilt in the server (and
-cached there: the child inherits it); when a data set object is created, its scorer is run once in the server on
-the rebuilt entry's own reference answer (trusted generator output), so the modules a scorer imports lazily are
-loaded before the child, which may not be allowed to read the interpreter's files, is forked.
+One-shot children (`one_shot`, envs/sandbox_server.py): a fresh process per call whose only open descriptor is a
+private pipe for its one result, under the sandbox's own uid when the worker runs as root (with RLIMIT_NPROC); the
+server attaches the request id, so an evaluated answer cannot reply for any other request, and whatever it starts
+is killed before the next request is read. The entry is rebuilt in the server (and cached there: the child
+inherits it); when a data set object is created, its scorer is run once in the server on the rebuilt entry's own
+reference answer (trusted generator output), so the modules a scorer imports lazily are loaded before a child is
+forked (one under another uid may not be allowed to read the interpreter's files, e.g. under a 0700 /root).
 
 RLIMIT_CPU: its soft bound is set before each rebuild to the CPU seconds used so far + 300 (and for the import and
 warm-up), and in the child to timeout + 1, so a scorer that spins after its parent is gone dies on its own (SIGXCPU:

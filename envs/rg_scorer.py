@@ -8,6 +8,11 @@ warning shows), under RLIMIT_AS (WORKER_MEMORY_BYTES), RLIMIT_FSIZE (WORKER_FILE
 BUILD_TIMEOUT_S for the entry to be rebuilt, then the task's timeout for the score; past it the server is killed and
 a warm one forked (the answer then scores 0 with reason "timeout"). One worker per process, shared by every
 reasoning_gym task in it; it stops at exit, and its folder goes with it.
+
+A scorer that evaluates the answer (the task's `unsafe_scorer`) is run in a one-shot child of the worker per call
+(envs/sandbox_server.py): only a private pipe open; when this process is root, under an unused uid/gid drawn at
+each start (envs/sandbox_user.py; the folder is given to it) with at most WORKER_PROCESSES processes, every one
+killed when the call ends or times out. What it can still do: docs/models-and-data.md ("The scorer sandbox").
 """
 
 from __future__ import annotations
