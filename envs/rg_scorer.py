@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import os
 import sys
+import warnings
 
 from .sandbox import SandboxError, SandboxSpec, SandboxTimeout, shared_client
 from .sandbox_user import unused_id
@@ -63,6 +64,9 @@ def scorer_env(workdir: str) -> dict[str, str]:
 def _scorer_spec() -> SandboxSpec:
     """The worker's spec, read at each start: a fresh unused uid each time (when root)."""
     uid = unused_id()
+    if uid is None and os.geteuid() == 0:
+        warnings.warn("no unused uid could be drawn for the reasoning-gym scorer's children (envs/sandbox_user.py): "
+                      "answers an opted-in scorer evaluates run as root, in a process of their own", stacklevel=2)
     settings = {"sys_path": [p for p in sys.path if p and os.path.isabs(p)], "memory_bytes": WORKER_MEMORY_BYTES,
                 "file_bytes": WORKER_FILE_BYTES,
                 "one_shot": {"uid": uid, "gid": uid, "max_processes": WORKER_PROCESSES}}

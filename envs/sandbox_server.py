@@ -265,7 +265,7 @@ def _run_child(w: int, fn, args) -> None:
         gc.disable()  # a short life: a collection would only copy the server's pages
         try:
             enter_child(w)
-        except BaseException as e:  # noqa: BLE001 - the server reports it
+        except BaseException as e:  # the server reports it
             _write_result(w, {"error": f"sandbox: {type(e).__name__}: {e}"[:500]})
             raise
         _write_result(w, fn(*args))

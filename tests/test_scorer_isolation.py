@@ -11,9 +11,8 @@ import time
 
 import pytest
 
-from objbench.envs import make_task
+from objbench.envs import make_task, rg_scorer
 from objbench.envs import reasoning_gym as R
-from objbench.envs import rg_scorer
 
 pytest.importorskip("reasoning_gym")
 pytestmark = [
@@ -138,7 +137,8 @@ def test_the_trainers_environment_is_out_of_reach(task, monkeypatch):
     assert not {server, zygote, trainer} & set(seen["environ"])  # no ancestor's environment could be read
     # /proc/<pid>/cmdline is readable by every uid on Linux (unless /proc is mounted with hidepid): a command line
     # is no place for a secret (the docs say so); the one here holds none, and the environments it read are its own.
-    assert trainer in seen["cmdline"] and SECRET not in open(f"/proc/{trainer}/cmdline").read()
+    with open(f"/proc/{trainer}/cmdline") as f:
+        assert trainer in seen["cmdline"] and SECRET not in f.read()
     assert len(seen["environ"]) <= rg_scorer.WORKER_PROCESSES  # its own processes' only (the root ones refused)
 
 
