@@ -60,11 +60,12 @@ task by (entry, extracted answer), timeouts included.
 
 Unsafe scorers (envs/rg_audit.py). Some scorers of 0.1.25 evaluate the answer as code: UNSAFE_SCORERS, derived by
 reading the source (see that constant, and `scorer_sinks`, the scanner whose run over the installed package tests/
-test_reasoning_gym.py compares with the list). They are refused unless `allow_unsafe_scorer=True`; then they run,
-isolated as above (an answer can still do whatever that worker process can: read files, use the network). The
-task's `unsafe_scorer` says which case a run was. With another reasoning-gym version than PINNED_VERSION the list
-may be stale: the chosen data set's scorer is scanned at construction and refused when anything evaluating shows
-(otherwise the verdict and what the scan cannot see go to stderr, once). "composite" is refused too (it can hold any
+test_reasoning_gym.py compares with the list). They are refused unless `allow_unsafe_scorer=True`; then each call
+runs in a one-shot child of the worker, under an unused uid when root (envs/_job_rg_score.py; what an answer can
+still do: docs/models-and-data.md, "The scorer sandbox"). The task's `unsafe_scorer` says which case a run was.
+With another reasoning-gym version than PINNED_VERSION the list may be stale: the chosen data set's scorer is
+scanned at construction and refused when anything evaluating shows (otherwise the verdict and what the scan cannot
+see go to stderr, once). "composite" is refused too (it can hold any
 data set, and needs objects, not plain settings): use task.name=mixture with reasoning_gym components.
 
 Measured on this project's 2 shared cores (reasoning-gym 0.1.25; ranges over machine load, load average 1-3.9):
@@ -73,7 +74,9 @@ Measured on this project's 2 shared cores (reasoning-gym 0.1.25; ranges over mac
   worker rebuilds a new entry; the fuzz set of tests/test_reasoning_gym.py (90 hostile completions, 3 formats):
   median 0.035 ms (most never reach the worker), max 19 ms;
 - a timed-out call (eval of "9**9**9", or a sleep, with allow_unsafe_scorer): timeout + 1-25 ms; the next call
-  30-45 ms (the replacement server rebuilds its data set).
+  30-45 ms (the replacement server rebuilds its data set);
+- a call of an evaluating scorer (spiral_matrix, its one-shot child: a fork of the ~110 MB worker): median 3.6 ms,
+  against 0.1-0.2 ms in the worker itself (basic_arithmetic, and spiral_matrix before the child).
 """
 
 from __future__ import annotations
@@ -175,7 +178,7 @@ class ReasoningGymConfig:
     system_prompt: str = ""
     """System message put first ("" = none), e.g. one of reasoning_gym.utils.SYSTEM_PROMPTS."""
     allow_unsafe_scorer: bool = False
-    """Run a data set whose scorer evaluates the answer as code (UNSAFE_SCORERS), inside the isolated worker."""
+    """Run a data set whose scorer evaluates the answer as code (UNSAFE_SCORERS), a one-shot worker child per call."""
     scorer_timeout_s: float = 2.0
     """Seconds one score_answer call may take before its worker is killed (the answer then scores 0)."""
     max_completion_chars: int = mathcheck.DEFAULT_MAX_CHARS
@@ -454,7 +457,8 @@ class ReasoningGymTask(Task):
             self._start()
             reply = score(
                 {"op": "score", "dataset": cfg.dataset, "args": cfg.dataset_args, "seed": key[0], "size": key[1],
-                 "index": key[2], "qhash": key[3], "answer": answer, "timeout_s": cfg.scorer_timeout_s},
+                 "index": key[2], "qhash": key[3], "answer": answer, "timeout_s": cfg.scorer_timeout_s,
+                 "one_shot": self.unsafe_scorer},  # an evaluating scorer: a fresh process per call
                 cfg.scorer_timeout_s,
             )
             result = self._result(reply)

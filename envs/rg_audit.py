@@ -97,9 +97,10 @@ def check_dataset(cfg) -> bool:
     if reason is not None and not cfg.allow_unsafe_scorer:
         raise ValueError(
             f"reasoning-gym data set {name!r} is refused: {reason}, so a model's answer would run as code. Set "
-            "task.allow_unsafe_scorer=true to run it anyway: it is then scored in an isolated worker process "
-            "(scrubbed environment, empty temporary folder, CPU and memory limits, killed after "
-            "task.scorer_timeout_s), but evaluated text can still read files and use the network from there"
+            "task.allow_unsafe_scorer=true to run it anyway: each answer is then scored in a one-shot process of "
+            "its own (an unused uid when run as root; CPU, memory, file and process limits; killed with everything "
+            "it started after task.scorer_timeout_s), but evaluated text can still read world-readable files, write "
+            "where that uid may and use the network (docs/models-and-data.md, 'The scorer sandbox')"
         )
     if name in HASH_SEED_DEPENDENT and not os.environ.get("PYTHONHASHSEED", "").isdigit():
         raise ValueError(

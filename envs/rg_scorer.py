@@ -8,19 +8,29 @@ warning shows), under RLIMIT_AS (WORKER_MEMORY_BYTES), RLIMIT_FSIZE (WORKER_FILE
 BUILD_TIMEOUT_S for the entry to be rebuilt, then the task's timeout for the score; past it the server is killed and
 a warm one forked (the answer then scores 0 with reason "timeout"). One worker per process, shared by every
 reasoning_gym task in it; it stops at exit, and its folder goes with it.
+
+A scorer that evaluates the answer (the task's `unsafe_scorer`) is run in a one-shot child of the worker per call
+(envs/sandbox_server.py): only a private pipe open; when this process is root, under an unused uid/gid drawn at
+each start (envs/sandbox_user.py; the folder is given to it) with at most WORKER_PROCESSES processes, every one
+killed when the call ends or times out. What it can still do: docs/models-and-data.md ("The scorer sandbox").
 """
 
 from __future__ import annotations
 
 import os
 import sys
+import warnings
 
 from .sandbox import SandboxError, SandboxSpec, SandboxTimeout, shared_client
+from .sandbox_user import unused_id
 
 WORKER_MEMORY_BYTES = 2 << 30
 """RLIMIT_AS of the scorer worker (it needs ~200 MB of address space after importing reasoning-gym)."""
 WORKER_FILE_BYTES = 64 << 20
 """RLIMIT_FSIZE of the scorer worker: the largest file it may write (its log; whatever an evaluated answer writes)."""
+WORKER_PROCESSES = 64
+"""RLIMIT_NPROC of a scoring child: the processes (threads included) of the sandbox's uid when root; without root,
+this many above the user's processes at the worker's start (envs/sandbox_server.py's process_bound)."""
 STARTUP_TIMEOUT_S = 120.0
 """Seconds a call waits for a starting worker (import of reasoning-gym and sympy: ~2 s)."""
 BUILD_TIMEOUT_S = 120.0
@@ -52,11 +62,24 @@ def scorer_env(workdir: str) -> dict[str, str]:
 
 
 def _scorer_spec() -> SandboxSpec:
+    """The worker's spec, read at each start: a fresh unused uid each time (when root)."""
+    uid = unused_id()
+    if uid is None and os.geteuid() == 0:
+        warnings.warn("no unused uid could be drawn for the reasoning-gym scorer's children (envs/sandbox_user.py): "
+                      "answers an opted-in scorer evaluates run as root, in a process of their own", stacklevel=2)
     settings = {"sys_path": [p for p in sys.path if p and os.path.isabs(p)], "memory_bytes": WORKER_MEMORY_BYTES,
-                "file_bytes": WORKER_FILE_BYTES}
+                "file_bytes": WORKER_FILE_BYTES,
+                "one_shot": {"uid": uid, "gid": uid, "max_processes": WORKER_PROCESSES}}
     return SandboxSpec(job=_WORKER_PATH, settings=settings, name="reasoning-gym scorer worker",
-                       python_flags=("-s", "-B"), folder="objbench-rg-scorer-", env=scorer_env, output="log",
+                       python_flags=("-s", "-B"), folder="objbench-rg-scorer-",
+                       folder_owner=(uid, uid) if uid is not None else None, env=scorer_env, output="log",
                        start_warning="answers score 0 with reason 'timeout'", startup_timeout_s=STARTUP_TIMEOUT_S)
+
+
+def sandbox_uid() -> int | None:
+    """The uid the running worker's scoring children take (None: this process's own, or no worker yet)."""
+    spec = _WORKER.spec
+    return spec.settings["one_shot"]["uid"] if spec is not None and _WORKER.running else None
 
 
 _WORKER = shared_client(_scorer_spec)

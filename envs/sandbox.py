@@ -6,7 +6,8 @@ sends requests, bounds every wait, and kills and replaces (or stops) the worker.
 
 Callers and their policies (each in its own module): math-verify (envs/mathcheck.py: inherited environment,
 RLIMIT_AS, output discarded), reasoning-gym's scorers (envs/rg_scorer.py: scrubbed environment, an empty temporary
-folder, RLIMIT_AS and RLIMIT_FSIZE, output to worker.log there), reward functions (envs/reward_fns.py: the user's
+folder, RLIMIT_AS and RLIMIT_FSIZE, output to worker.log there; each score in a one-shot child, under an unused uid
+when root), reward functions (envs/reward_fns.py: the user's
 environment and folder, output to the terminal, and any failure stops the worker). The spec is read again at each
 start (a test may point a caller at another job file).
 
@@ -75,6 +76,8 @@ class SandboxSpec:
     """Interpreter flags before the server's path (e.g. ("-s", "-B"))."""
     folder: str = ""
     """Prefix of a fresh temporary folder the worker runs in (removed by stop()); "" = the current folder."""
+    folder_owner: tuple[int, int] | None = None
+    """(uid, gid) the folder is given at each start (a sandbox user that must write there); None = this process's."""
     env: Callable[[str | None], dict] | None = None
     """The worker's whole environment, from its folder; None = this process's."""
     output: str = "discard"
@@ -195,6 +198,8 @@ class SandboxClient:
         self.spec, self._launched = spec, True
         if spec.folder and not (self.workdir and os.path.isdir(self.workdir)):
             self.workdir = tempfile.mkdtemp(prefix=spec.folder)
+        if spec.folder and spec.folder_owner is not None:
+            os.chown(self.workdir, *spec.folder_owner)
         settings = {**spec.settings, "respawn": spec.replace}
         out = self._output(spec)
         self._started_at = time.monotonic()

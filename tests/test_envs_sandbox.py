@@ -105,6 +105,18 @@ def handle(state, request, reply):
         os._exit(request["code"])
     elif op == "kill":
         os.kill(os.getpid(), 9)
+    elif op == "one_shot":
+        reply(one_shot(leave_a_sleeper) or {"none": True})
+
+
+def leave_a_sleeper():
+    """In a one-shot child: start a process in a session of its own that would sleep for ten minutes."""
+    pid = os.fork()
+    if pid == 0:
+        os.setsid()
+        time.sleep(600)
+        os._exit(0)
+    return {"sleeper": pid, "fds": sorted(int(fd) for fd in os.listdir("/proc/self/fd")), "pid": os.getpid()}
 '''
 
 
@@ -188,3 +200,18 @@ def test_scrubbed_folder_policy_and_log(job, tmp_path):
         workdir = client.workdir
         client.stop()
     assert not os.path.exists(workdir)
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="one-shot children sweep through Linux's /proc")
+def test_one_shot_children_leave_nothing_behind(job):
+    """A job's one_shot(fn): a fresh child with only its result pipe (and 0-2) open, its id attached by the server,
+    and a process it left (setsid) killed before the reply; under this process's own uid (uid None)."""
+    client = _client(job, settings={"one_shot": {"uid": None, "max_processes": 64}})
+    try:
+        server = client.request({"op": "echo", "x": 0}, (10.0,))["pid"]
+        reply = client.request({"op": "one_shot"}, (10.0,))
+        assert reply["pid"] != server and len(reply["fds"]) == 5  # 0-2, the pipe, the listing's own descriptor
+        assert not os.path.exists(f"/proc/{reply['sleeper']}")  # killed and reaped before the reply
+        assert client.request({"op": "echo", "x": 1}, (10.0,))["pid"] == server  # the server goes on
+    finally:
+        client.stop()
