@@ -16,6 +16,7 @@ Public API
     algos.aggregate(loss_mat, mask, mode, max_len=None)          # the function (module: algos/aggregate.py)
     algos.aggregate_many(loss_mats, mask, mode, max_len=None)    # (K, B, T) under one mask -> (K,)
     algos.micro_batch_weights(mask, mode, blocks)                 # gradient accumulation with global normalisers
+    algos.global_block_weights(mask, mode, blocks, group=None)    # the same over data-parallel ranks (global_stats)
     algos.advantages.{gae, whiten, value_loss, group_relative, rloo, hybrid, group_stats}
     algos.kl.{estimate, exact_kl}; algos.entropy.token_entropy
     algos.filters.{dynamic_sampling_keep, overlong_penalty, overlong_filter, top_fraction_keep,
@@ -51,6 +52,8 @@ from objbench.algos import advantages, entropy, filters, kl, policy, surrogates 
 # the function shadows the submodule name on purpose
 from objbench.algos.aggregate import aggregate, aggregate_many, micro_batch_weights
 from objbench.algos.policy import policy_loss
+from objbench.algos import global_stats  # noqa: F401
+from objbench.algos.global_stats import global_block_weights
 from objbench.algos._checks import row_counts  # (B,) response lengths >= 1 and the non-empty row count, memoised per mask
 from objbench.algos.config import AdvantageConfig, FilterConfig, GroupConfig, KLConfig, LossConfig, ObjectiveConfig, RatioConfig, Schedule, ValueConfig, fields_read
 from objbench.algos.config_dict import check_against_rollout, config_from_dict, config_to_dict, format_config_table, with_overrides
@@ -81,6 +84,8 @@ __all__ = [
     "aggregate",
     "aggregate_many",
     "micro_batch_weights",
+    "global_stats",
+    "global_block_weights",
     "advantages",
     "entropy",
     "filters",

@@ -27,6 +27,7 @@ import torch
 from objbench.algos._checks import (as_mask, check_choice, check_float, check_group_size, complement, masked_mean,
                            masked_sum)
 from objbench.algos.aggregate import aggregate
+from objbench.algos import global_stats
 from objbench.algos.groups import Segments, layout
 from objbench.algos.registry import ADVANTAGE_ESTIMATORS
 
@@ -100,14 +101,18 @@ def gae(
 def whiten(x: torch.Tensor, mask: torch.Tensor, shift_mean: bool = True, eps: float = 1e-8) -> torch.Tensor:
     """(x - mean) / sqrt(var + eps) over the valid tokens of the whole batch (as verl's masked_whiten).
 
-    var is unbiased (divides by n - 1; by 1 when n <= 1). With ``shift_mean=False`` the mean is added
-    back (only the scale changes). Masked positions are 0 in the output. Shapes: (B, T) -> (B, T).
+    var is unbiased (divides by n - 1; by 1 when n <= 1). When the batch is split over data-parallel ranks
+    (``global_stats.data_parallel()``) mean and var are the global batch's (``global_stats.global_mean_var``).
+    With ``shift_mean=False`` the mean is added back (only the scale changes). Masked positions are 0 in the output. Shapes: (B, T) -> (B, T).
     """
     mask = as_mask(mask)
     check_float(x, "x", shape=mask.shape)
-    mean = masked_mean(x, mask)
-    n = mask.sum().to(x.dtype)
-    var = masked_sum((x - mean) ** 2, mask) / (n - 1.0).clamp(min=1.0)
+    if global_stats.data_parallel():  # the batch split over ranks: the moments of the global batch
+        mean, var = global_stats.global_mean_var(x, mask)
+    else:
+        mean = masked_mean(x, mask)
+        n = mask.sum().to(x.dtype)
+        var = masked_sum((x - mean) ** 2, mask) / (n - 1.0).clamp(min=1.0)
     out = (x - mean) * torch.rsqrt(var + eps)
     if not shift_mean:
         out = out + mean
@@ -194,6 +199,7 @@ def group_relative(
 
         scale="group":  A_i = (R_i - mean_g R) / (std_g R + eps)        GRPO
         scale="batch":  A_i = (R_i - mean_g R) / (std_batch R + eps)    TRL scale_rewards="batch"
+                        (std_batch over every rank's rows when the batch is split over data-parallel ranks)
         scale="none":   A_i =  R_i - mean_g R                          Dr. GRPO (Liu et al. 2025, arXiv 2503.20783)
 
     std is torch's *unbiased* estimate (ddof = 1), as in verl, TRL and OpenRLHF. An all-equal group gets
@@ -224,11 +230,18 @@ def group_relative(
         if scale == "group":
             std = r.std(dim=1, correction=1, keepdim=True)  # (n, 1), unbiased
         else:  # "batch"
-            std = rewards.std(correction=1).expand_as(centered[:, :1])
+            std = _batch_std(rewards).expand_as(centered[:, :1])
         # zero-variance groups divide 0 by 1, so eps = 0 is safe too
         denom = torch.where(zero_var, 1.0, std + eps)
         adv = centered / denom
     return adv.reshape(-1)
+
+
+def _batch_std(rewards: torch.Tensor) -> torch.Tensor:
+    # scale="batch": the unbiased std over the whole batch; over every rank's rows when the batch is split
+    if global_stats.data_parallel():
+        return global_stats.global_mean_var(rewards)[1].sqrt()
+    return rewards.std(correction=1)
 
 
 def _group_relative_unequal(rewards, sizes, scale, eps):
@@ -243,7 +256,7 @@ def _group_relative_unequal(rewards, sizes, scale, eps):
     if scale == "group":
         std = (seg.sum(dev * dev) / (seg.count - 1.0)).sqrt()[seg.ids]  # unbiased, G_g - 1
     else:  # "batch"
-        std = rewards.std(correction=1).expand_as(rewards)
+        std = _batch_std(rewards).expand_as(rewards)
     denom = torch.where(zero_var, torch.ones_like(std), std + eps)
     return centered / denom
 

@@ -200,7 +200,12 @@ def policy_loss(s: Setup, mb: Minibatch, sc: Scored, rows: slice | None = None):
 
 def block_weights(s: Setup, mb: Minibatch, blocks: list) -> list:
     """Each block's share of the minibatch's normaliser (algos.micro_batch_weights), so that the gradients summed
-    over the blocks are the whole minibatch's; the whole minibatch as its one block is not reweighted (None)."""
+    over the blocks are the whole minibatch's; the whole minibatch as its one block is not reweighted (None).
+    With the batch split over data-parallel ranks (algos.global_stats.data_parallel), every block, even a rank's
+    one block, gets its share of the global minibatch's normaliser times the number of ranks
+    (algos.global_block_weights: a collective), so that the ranks' averaged gradients are the global minibatch's."""
+    if algos.global_stats.data_parallel():
+        return algos.global_block_weights(mb.mask, s.cfg.objective.loss.agg, blocks)
     if len(blocks) == 1:
         return [None]
     return algos.micro_batch_weights(mb.mask, s.cfg.objective.loss.agg, blocks)
