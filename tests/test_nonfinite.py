@@ -104,6 +104,7 @@ def test_a_reward_sum_that_overflows_stops_the_run(tmp_path):
     assert failed["step"] == 1 and failed["quantity"] == "reward"
 
 
+@pytest.mark.robustness  # three whole sweeps (~25 s): CI runs it with the robustness runs
 def test_a_sweep_counts_a_failed_run_lists_it_apart_and_does_not_retry_it(tmp_path, nan_plugin):
     spec = {"name": "sw", "seeds": 1, "imports": [str(nan_plugin)], "set": dict(a.split("=", 1) for a in FAST),
             "arms": {"grpo": {"objective": "grpo"},
