@@ -16,6 +16,7 @@ from objbench.experiments.config.errors import NonFiniteError
 
 FAILED_FILE = "failed"
 
+
 def all_finite(*tensors: torch.Tensor) -> bool:
     """Whether every value of the tensors is finite: one reduction per tensor and one read for them all."""
     flags = [torch.isfinite(t.detach()).all() for t in tensors if t is not None]
@@ -24,9 +25,10 @@ def all_finite(*tensors: torch.Tensor) -> bool:
 
 def mark_failed(run_dir: Path, meta: dict, error: NonFiniteError) -> None:
     """meta.json's "failed" and the ``failed`` file: the step, the quantity and its likely cause."""
-    meta["failed"] = error.record()
+    record = error.record()  # once: both files carry the same time
+    meta["failed"] = record
     (run_dir / "meta.json").write_text(json.dumps(meta, indent=1, default=str))
-    (run_dir / FAILED_FILE).write_text(json.dumps(error.record(), indent=1))
+    (run_dir / FAILED_FILE).write_text(json.dumps(record, indent=1))
 
 
 def failed_record(run_dir: Path) -> dict | None:
